@@ -1,0 +1,253 @@
+"""The compiled circuit: an ``nn.Module`` that computes log WMC layer by layer.
+
+Input conventions (``B`` = batch, ``n`` = variables, ``k`` = values per variable):
+
+* categorical: ``x`` of shape ``(B, n, k)``, ``x[b, v, c] = log P(X_v = c)``;
+* Boolean circuits (``k = 2``) also accept ``(B, n)`` holding ``log P(X_v = true)``;
+  ``log P(X_v = false)`` is then ``log1mexp`` of it.  ``(B, n, 2)`` uses index 1 = true.
+
+Output: ``(B,)`` log P(constraint) for a single-rooted circuit, ``(B, R)`` for ``R`` roots.
+Inputs need not be normalised: the value is the log weighted model count
+``log sum_{y |= alpha} prod_v exp(x[v, y_v])`` over all ``n`` variables.
+
+Evaluation keeps every node value in one buffer of shape ``(n_slots, B)``; each
+group of nodes of equal height, kind and (power-of-two) arity is one
+``index_select`` plus one dense reduction (sum for AND, log-sum-exp for OR).
+The backward pass is written by hand in the same layout (one ``index_add_`` per
+group), which keeps it NaN-free when values are ``-inf``: the weight of a child
+of an OR node whose value is ``-inf`` is defined as 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .logic.dag import Dag, LayerPlan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pysdd.sdd import SddNode
+
+__all__ = ["Circuit"]
+
+_AND, _OR = 1, 2
+
+
+class _Evaluate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, leaves: Tensor, circuit: "Circuit") -> Tensor:  # leaves: (n*k, B)
+        buf = circuit._forward_buffer(leaves)
+        ctx.circuit = circuit
+        ctx.save_for_backward(buf)
+        return buf.index_select(0, circuit.root_rows)  # (R, B)
+
+    @staticmethod
+    def backward(ctx, grad_roots: Tensor):  # (R, B)
+        (buf,) = ctx.saved_tensors
+        c: Circuit = ctx.circuit
+        grad = torch.zeros_like(buf)
+        grad.index_add_(0, c.root_rows, grad_roots)
+        for (kind, start, count, arity), idx in zip(reversed(c._meta), reversed(c._indices())):
+            g = grad[start:start + count]  # (count, B)
+            if kind == _AND:
+                contrib = g.unsqueeze(1).expand(count, arity, g.shape[1])
+            else:
+                out = buf[start:start + count]
+                kids = buf.index_select(0, idx).view(count, arity, -1)
+                w = torch.exp(kids - out.unsqueeze(1))
+                w = torch.where(torch.isneginf(out).unsqueeze(1), 0.0, w)
+                contrib = w * g.unsqueeze(1)
+            grad.index_add_(0, idx, contrib.reshape(count * arity, -1))
+        n_leaf = c.n_vars * c.n_values
+        return grad[2:2 + n_leaf], None
+
+
+class Circuit(nn.Module):
+    """A smooth, decomposable, deterministic circuit ready for batched log-space evaluation.
+
+    Build one with a front-end (:func:`pseudosl.compile_cnf`, :func:`pseudosl.compile_formula`,
+    :meth:`Circuit.from_sdd_file`, :func:`pseudosl.compile_automaton`, the builders in
+    :mod:`pseudosl.constraints`) or from a :class:`~pseudosl.logic.CircuitBuilder` via
+    :meth:`Circuit.from_dag`.  Index tensors are buffers, so ``.to(device)`` and
+    ``state_dict`` work; :meth:`save` / :meth:`load` store the symbolic circuit.
+
+    Example:
+        >>> import torch, pseudosl
+        >>> c = pseudosl.compile_cnf([[1, 2], [-1, -2]])   # exactly one of two Booleans
+        >>> c.log_prob(torch.log(torch.tensor([[0.5, 0.5]]))).exp()
+        tensor([0.5000])
+    """
+
+    def __init__(self, dag: Dag) -> None:
+        super().__init__()
+        self.dag = dag
+        plan: LayerPlan = dag.layer_plan()
+        self.n_vars = dag.n_vars
+        self.n_values = dag.n_values
+        self.n_slots = plan.n_slots
+        self.n_layers = plan.n_layers
+        self._meta: list[tuple[int, int, int, int]] = []
+        for i, (kind, start, count, arity, idx) in enumerate(plan.groups):
+            self.register_buffer(f"idx_{i}", torch.as_tensor(idx, dtype=torch.long), persistent=False)
+            self._meta.append((kind, start, count, arity))
+        self.register_buffer("root_rows", torch.as_tensor(plan.roots, dtype=torch.long), persistent=False)
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_dag(cls, dag: Dag) -> "Circuit":
+        return cls(dag)
+
+    @classmethod
+    def from_sdd_file(cls, sdd_path: str | Path, vtree_path: str | Path | None = None,
+                      n_vars: int | None = None) -> "Circuit":
+        """Load an SDD saved by the SDD package / PySDD (``.sdd``, optionally its ``.vtree``)."""
+        from .logic.sdd import read_sdd_file
+        return cls(read_sdd_file(sdd_path, vtree_path, n_vars=n_vars))
+
+    @classmethod
+    def from_sdd(cls, nodes: "SddNode | Sequence[SddNode]", n_vars: int | None = None) -> "Circuit":
+        """Convert in-memory PySDD node(s) (several nodes = a multi-rooted circuit)."""
+        from .logic.sdd import dag_from_pysdd
+        return cls(dag_from_pysdd(nodes, n_vars=n_vars))
+
+    # -- persistence ----------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        np.savez_compressed(path, **self.dag.to_arrays())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Circuit":
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"no saved circuit at {path}")
+        try:
+            with np.load(path) as f:
+                arrays = {k: f[k] for k in f.files}
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path} is not a saved pseudosl circuit ({e})") from None
+        return cls(Dag.from_arrays(arrays))
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the symbolic circuit (equal circuits, equal fingerprints)."""
+        h = hashlib.sha256()
+        for name, a in sorted(self.dag.to_arrays().items()):
+            h.update(name.encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()
+
+    # -- info ---------------------------------------------------------------------------
+    @property
+    def n_roots(self) -> int:
+        return int(self.root_rows.numel())
+
+    @property
+    def n_nodes(self) -> int:
+        return self.dag.n_nodes
+
+    @property
+    def n_edges(self) -> int:
+        return self.dag.n_edges
+
+    def extra_repr(self) -> str:
+        return (f"n_vars={self.n_vars}, n_values={self.n_values}, nodes={self.n_nodes}, edges={self.n_edges}, "
+                f"roots={self.n_roots}, layers={self.n_layers}, groups={len(self._meta)}")
+
+    def check(self, determinism: bool = True, max_assignments: int = 1 << 20) -> None:
+        """Raise :class:`~pseudosl.logic.CircuitError` unless smooth, decomposable (and deterministic)."""
+        self.dag.check_smooth()
+        self.dag.check_decomposable()
+        if determinism:
+            self.dag.check_deterministic(max_assignments)
+
+    # -- evaluation -----------------------------------------------------------------------
+    def _indices(self) -> list[Tensor]:
+        return [getattr(self, f"idx_{i}") for i in range(len(self._meta))]
+
+    def _forward_buffer(self, leaves: Tensor) -> Tensor:
+        """All node values, ``(n_slots, B)``, without autograd."""
+        batch = leaves.shape[1]
+        buf = leaves.new_empty(self.n_slots, batch)
+        buf[0] = float("-inf")
+        buf[1] = 0.0
+        buf[2:2 + leaves.shape[0]] = leaves
+        with torch.no_grad():
+            for (kind, start, count, arity), idx in zip(self._meta, self._indices()):
+                kids = buf.index_select(0, idx).view(count, arity, batch)
+                out = buf[start:start + count]
+                if kind == _AND:
+                    torch.sum(kids, dim=1, out=out)
+                else:
+                    torch.logsumexp(kids, dim=1, out=out)
+        return buf
+
+    def categorical_input(self, x: Tensor) -> Tensor:
+        """Validate ``x`` and return it as ``(B, n, k)`` log-probabilities (see module docs)."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor of log-probabilities, got dtype {x.dtype}")
+        n, k = self.n_vars, self.n_values
+        if x.dim() == 2 and k == 2 and x.shape[1] == n:
+            if (x > 0).any():
+                raise ValueError("Boolean input (B, n) holds log P(X = true) and must be <= 0; "
+                                 "pass log-probabilities (e.g. F.logsigmoid(logits)), not logits")
+            x = torch.stack([_log1mexp(x), x], dim=-1)
+        elif x.dim() != 3 or x.shape[1:] != (n, k):
+            boolean = f", or (B, {n}) for log P(true) of Boolean variables" if k == 2 else ""
+            raise ValueError(f"x must have shape (B, {n}, {k}){boolean}; got {tuple(x.shape)}")
+        if torch.isnan(x).any():
+            raise ValueError("x contains NaN; the circuit needs log-probabilities (use -inf for probability 0)")
+        if (x == float("inf")).any():
+            raise ValueError("x contains +inf; log-probabilities are at most 0")
+        return x
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Log weighted model count of every root: ``(B, R)``."""
+        x = self.categorical_input(x)
+        leaves = x.reshape(x.shape[0], -1).t()
+        return _Evaluate.apply(leaves, self).t()
+
+    def log_prob(self, x: Tensor) -> Tensor:
+        """``log P(constraint)`` under the fully-factorized distribution: ``(B,)`` or ``(B, R)``."""
+        out = self(x)
+        return out[:, 0] if self.n_roots == 1 else out
+
+    def log_prob_reference(self, x: Tensor) -> Tensor:
+        """The same value through plain differentiable torch ops (supports double backward).
+
+        Slower than :meth:`log_prob`; used for entropies and as a cross-check in tests.
+        """
+        x = self.categorical_input(x)
+        batch = x.shape[0]
+        cols = [torch.full((1, batch), float("-inf"), dtype=x.dtype, device=x.device),
+                torch.zeros(1, batch, dtype=x.dtype, device=x.device), x.reshape(batch, -1).t()]
+        buf = torch.cat(cols)
+        for (kind, start, count, arity), idx in zip(self._meta, self._indices()):
+            kids = buf.index_select(0, idx).view(count, arity, batch)
+            out = kids.sum(1) if kind == _AND else _safe_logsumexp(kids, 1)
+            buf = torch.cat([buf, out])
+        out = buf.index_select(0, self.root_rows).t()
+        return out[:, 0] if self.n_roots == 1 else out
+
+
+def _safe_logsumexp(x: Tensor, dim: int) -> Tensor:
+    """log-sum-exp whose gradient is 0 (not NaN) where every term is -inf."""
+    m = x.amax(dim, keepdim=True).detach()
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    s = torch.exp(x - m).sum(dim)
+    empty = s == 0
+    out = torch.log(torch.where(empty, torch.ones_like(s), s)) + m.squeeze(dim)
+    return torch.where(empty, torch.full_like(s, float("-inf")), out)
+
+
+def _log1mexp(x: Tensor) -> Tensor:
+    """log(1 - exp(x)) for x <= 0, accurate near 0 and at -inf (Maechler 2012)."""
+    small = x > -0.6931471805599453
+    a = torch.log(-torch.expm1(torch.where(small, x, torch.full_like(x, -1.0))))
+    b = torch.log1p(-torch.exp(torch.where(small, torch.full_like(x, -1.0), x)))
+    return torch.where(small, a, b)

@@ -1,0 +1,113 @@
+"""The semantic loss and related queries for fully-factorized output distributions.
+
+For per-position distributions ``q_v`` (from logits ``(B, n, k)``, or ``(B, n)`` Bernoulli
+logits for Boolean circuits) and a constraint ``alpha`` compiled into ``circuit``:
+
+* ``constraint_log_prob``  ``log P_q(alpha AND allowed)``                  ``(B,)`` (``(B, R)`` for R roots)
+* ``semantic_loss``        ``-log P_q(alpha AND allowed)``, reduced over the batch (mean of -log, never -log of a mean)
+* ``constraint_entropy``   ``H(q(. | alpha AND allowed))``, the entropy of ``q`` conditioned on the constraint
+
+``allowed`` is an optional ``(B, n, k)`` bool mask of per-example unary constraints
+(``X_v in {c : allowed[b, v, c]}``) conjoined with ``alpha``, e.g. the given cells of a Sudoku.
+Conjoining unit constraints only zeroes leaves, so the circuit stays valid.
+An unsatisfiable constraint has ``log P = -inf`` (loss ``+inf``) with zero, never NaN, gradients.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .circuit import Circuit
+
+__all__ = ["constraint_log_prob", "semantic_loss", "constraint_entropy", "log_probs_from_logits", "reduce_loss"]
+
+Reduction = Literal["mean", "sum", "none"]
+
+
+def log_probs_from_logits(circuit: Circuit, logits: Tensor) -> Tensor:
+    """``(B, n, k)`` log-probabilities: ``log_softmax`` of categorical logits, ``logsigmoid`` of Boolean ones."""
+    _check_tensor("logits", logits)
+    if logits.dim() == 2 and circuit.n_values == 2:
+        return torch.stack([F.logsigmoid(-logits), F.logsigmoid(logits)], dim=-1)
+    if logits.dim() == 3:
+        return logits.log_softmax(-1)
+    raise ValueError(f"logits must have shape (B, {circuit.n_vars}, {circuit.n_values})"
+                     + (f" or (B, {circuit.n_vars})" if circuit.n_values == 2 else "") + f"; got {tuple(logits.shape)}")
+
+
+def apply_allowed(log_probs: Tensor, allowed: Tensor | None) -> Tensor:
+    """Set ``log_probs`` to ``-inf`` where ``allowed`` is False (``allowed``: bool ``(B, n, k)``)."""
+    if allowed is None:
+        return log_probs
+    if allowed.dtype != torch.bool:
+        raise TypeError(f"allowed must be a bool tensor, got dtype {allowed.dtype}")
+    if allowed.shape != log_probs.shape:
+        raise ValueError(f"allowed must have the shape of the log-probabilities {tuple(log_probs.shape)}, "
+                         f"got {tuple(allowed.shape)}")
+    return log_probs.masked_fill(~allowed, float("-inf"))
+
+
+def constraint_log_prob(circuit: Circuit, log_probs: Tensor, allowed: Tensor | None = None) -> Tensor:
+    """``log P(alpha AND allowed)`` for per-position log-probabilities ``(B, n, k)`` (or ``(B, n)`` Boolean)."""
+    x = circuit.categorical_input(log_probs)
+    return circuit.log_prob(apply_allowed(x, allowed))
+
+
+def semantic_loss(circuit: Circuit, logits: Tensor, reduction: Reduction = "mean",
+                  allowed: Tensor | None = None) -> Tensor:
+    """The semantic loss ``-log P(alpha)`` of fully-factorized outputs given by ``logits``.
+
+    Args:
+        circuit: the compiled constraint (``n`` variables with ``k`` values).
+        logits: ``(B, n, k)`` unnormalised scores (``log_softmax`` is applied per position),
+            or ``(B, n)`` Bernoulli logits when ``k = 2``.
+        reduction: ``"mean"`` (default) or ``"sum"`` over the batch of per-example losses, or ``"none"``.
+        allowed: optional ``(B, n, k)`` bool mask of per-example unit constraints conjoined with ``alpha``.
+
+    Example:
+        >>> import torch, pseudosl
+        >>> c = pseudosl.compile_cnf([[1, 2, 3]])               # at least one of three
+        >>> pseudosl.semantic_loss(c, torch.zeros(1, 3))        # -log(1 - 1/8)
+        tensor(0.1335)
+    """
+    lp = constraint_log_prob(circuit, log_probs_from_logits(circuit, logits), allowed)
+    return reduce_loss(-lp, reduction)
+
+
+def constraint_entropy(circuit: Circuit, logits: Tensor, allowed: Tensor | None = None) -> Tensor:
+    """Entropy of ``q(y | alpha)``, ``(B,)``, differentiable (twice-differentiable reference evaluation).
+
+    Uses ``H = log Z - sum_{v,c} mu[v,c] * log q_v(c)`` where ``Z = P_q(alpha)`` and
+    ``mu = d log Z / d log q`` are the conditional marginals (exact for deterministic circuits).
+    """
+    lp = apply_allowed(log_probs_from_logits(circuit, logits), allowed)
+    if circuit.n_roots != 1:
+        raise ValueError(f"constraint_entropy needs a single-rooted circuit, this one has {circuit.n_roots} roots")
+    with torch.enable_grad():
+        x = lp if lp.requires_grad else lp.detach().requires_grad_()
+        log_z = circuit.log_prob_reference(x)
+        (mu,) = torch.autograd.grad(log_z.sum(), x, create_graph=logits.requires_grad)
+    finite = torch.where(mu > 0, lp, torch.zeros_like(lp))  # 0 * -inf := 0
+    return log_z - (mu * finite).flatten(1).sum(1)
+
+
+def reduce_loss(loss: Tensor, reduction: Reduction) -> Tensor:
+    """Reduce per-example losses ``(B,)`` over the batch."""
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _check_tensor(name: str, t: Tensor) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must be floating point, got dtype {t.dtype}")

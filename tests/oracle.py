@@ -1,0 +1,54 @@
+"""The brute-force oracle every test compares against: enumeration in float64.
+
+``log_wmc(truth, x)`` sums ``exp(sum_v x[b, v, y_v])`` over the assignments ``y`` where
+``truth`` holds; it is written with plain differentiable torch ops, so gradients are
+compared through autograd too.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+def assignments(n: int, k: int) -> np.ndarray:
+    """All ``k**n`` assignments, ``(k**n, n)`` int64, in lexicographic order."""
+    return np.array(list(itertools.product(range(k), repeat=n)), dtype=np.int64).reshape(-1, n)
+
+
+def truth_of(predicate: Callable[[tuple[int, ...]], bool], n: int, k: int) -> np.ndarray:
+    """Boolean vector over :func:`assignments` from a Python predicate on a tuple."""
+    return np.array([bool(predicate(tuple(a))) for a in assignments(n, k)])
+
+
+def log_weights(x: Tensor) -> Tensor:
+    """``(B, k**n)``: ``sum_v x[b, v, y_v]`` for every assignment ``y``."""
+    b, n, k = x.shape
+    ys = torch.as_tensor(assignments(n, k), device=x.device)  # (A, n)
+    return x[:, torch.arange(n), :][:, None, :, :].expand(b, len(ys), n, k).gather(
+        3, ys[None, :, :, None].expand(b, len(ys), n, 1)).squeeze(-1).sum(-1)
+
+
+def log_wmc(truth: np.ndarray, x: Tensor) -> Tensor:
+    """``(B,)`` log of the weighted model count of ``truth`` under log-weights ``x`` (B, n, k)."""
+    w = log_weights(x)
+    mask = torch.as_tensor(truth, device=x.device)
+    if not mask.any():
+        return torch.full((x.shape[0],), float("-inf"), dtype=x.dtype, device=x.device)
+    return torch.logsumexp(w[:, mask], dim=1)
+
+
+def conditional_entropy(truth: np.ndarray, x: Tensor) -> Tensor:
+    """``(B,)`` entropy of the fully-factorized distribution ``softmax(x)`` conditioned on ``truth``."""
+    w = log_weights(x.log_softmax(-1))[:, torch.as_tensor(truth)]
+    logp = w - torch.logsumexp(w, dim=1, keepdim=True)
+    return -(logp.exp() * logp).sum(1)
+
+
+def boolean_to_categorical(logp_true: Tensor) -> Tensor:
+    """``(B, n)`` log P(true) -> ``(B, n, 2)`` with index 1 = true (float64-accurate)."""
+    return torch.stack([torch.log1p(-logp_true.exp()), logp_true], dim=-1)
