@@ -37,8 +37,8 @@ def log_wmc(truth: np.ndarray, x: Tensor) -> Tensor:
     """``(B,)`` log of the weighted model count of ``truth`` under log-weights ``x`` (B, n, k)."""
     w = log_weights(x)
     mask = torch.as_tensor(truth, device=x.device)
-    if not mask.any():
-        return torch.full((x.shape[0],), float("-inf"), dtype=x.dtype, device=x.device)
+    if not mask.any():  # unsatisfiable: -inf, still attached to x (zero gradient)
+        return w[:, 0] * 0 - float("inf")
     return torch.logsumexp(w[:, mask], dim=1)
 
 

@@ -246,8 +246,13 @@ def _safe_logsumexp(x: Tensor, dim: int) -> Tensor:
 
 
 def _log1mexp(x: Tensor) -> Tensor:
-    """log(1 - exp(x)) for x <= 0, accurate near 0 and at -inf (Maechler 2012)."""
-    small = x > -0.6931471805599453
-    a = torch.log(-torch.expm1(torch.where(small, x, torch.full_like(x, -1.0))))
-    b = torch.log1p(-torch.exp(torch.where(small, torch.full_like(x, -1.0), x)))
-    return torch.where(small, a, b)
+    """log(1 - exp(x)) for x <= 0, accurate near 0 (Maechler 2012); exactly -inf at x = 0.
+
+    At x = 0 the derivative is infinite; it is defined as 0 here (the clamp stops it), so a
+    probability of exactly 1 gives finite gradients.
+    """
+    xs = x.clamp(max=-torch.finfo(x.dtype).tiny)
+    small = xs > -0.6931471805599453
+    a = torch.log(-torch.expm1(torch.where(small, xs, torch.full_like(xs, -1.0))))
+    b = torch.log1p(-torch.exp(torch.where(small, torch.full_like(xs, -1.0), xs)))
+    return torch.where(x >= 0, torch.full_like(x, float("-inf")), torch.where(small, a, b))
