@@ -3,7 +3,7 @@
     python benchmarks/circuits.py [--batch 128] [--reps 20] [--device cpu] [--markdown]
 
 For every circuit: log-semiring forward and forward+backward at the given batch size,
-warm mean over ``--reps`` runs after warm-up, for
+warm median over ``--reps`` runs after warm-up, for
 
 * pseudosl: ``Circuit.log_prob``;
 * KLay (``klaycircuits``): ``to_torch_module(semiring="log", compile=False)`` on the same
@@ -35,7 +35,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "bench" / "circuits"
 
 
 def timeit(fn: Callable[[], object], reps: int, device: str) -> float:
-    """Mean milliseconds of ``fn`` over ``reps`` runs after 3 warm-ups."""
+    """Median milliseconds of ``fn`` over ``reps`` runs after 3 warm-ups (robust to stalls of a shared VM)."""
     for _ in range(3):
         fn()
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -46,7 +46,7 @@ def timeit(fn: Callable[[], object], reps: int, device: str) -> float:
         fn()
         sync()
         times.append(time.perf_counter() - t)
-    return 1e3 * statistics.mean(times)
+    return 1e3 * statistics.median(times)
 
 
 def klay_from_dag(circuit: Circuit):
@@ -124,7 +124,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     dev = args.device
     print(f"# machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-          f"device {dev}, torch {torch.__version__}, batch {args.batch}, float32, mean of {args.reps}\n")
+          f"device {dev}, torch {torch.__version__}, batch {args.batch}, float32, median of {args.reps}\n")
     header = ("| circuit | vars×values | edges | ours fwd ms | KLay fwd ms | PySDD ms | ours f+b ms | KLay f+b ms "
               "| KLay/ours fwd | KLay/ours f+b | ours fwd GFLOP/s | fwd floor ms |")
     print(header)

@@ -3,14 +3,42 @@
 from .circuit import Circuit
 from .logic import CircuitBuilder, CircuitError, Dag
 from .losses import constraint_entropy, constraint_log_prob, semantic_loss
+from . import constraints
+from .cache import cache_dir, cached_circuit
+from .compile import compile_automaton, compile_cnf, compile_formula, no_forbidden_words
+from .logic.automaton import DFA, forbidden_words_dfa
+from .logic.cnf import parse_dimacs
+from .logic.errors import DimacsFormatError, UnsatisfiableError
+from .logic.formula import And, Not, Or, Var, false, iff, implies, true, variables
 
 __all__ = [
+    "And",
     "Circuit",
     "CircuitBuilder",
     "CircuitError",
+    "DFA",
     "Dag",
+    "DimacsFormatError",
+    "Not",
+    "Or",
+    "UnsatisfiableError",
+    "Var",
+    "cache_dir",
+    "cached_circuit",
+    "compile_automaton",
+    "compile_cnf",
+    "compile_formula",
     "constraint_entropy",
     "constraint_log_prob",
+    "constraints",
+    "false",
+    "forbidden_words_dfa",
+    "iff",
+    "implies",
+    "no_forbidden_words",
+    "parse_dimacs",
     "semantic_loss",
+    "true",
+    "variables",
 ]
 __version__ = "0.1.0"

@@ -11,11 +11,13 @@ Inputs need not be normalised: the value is the log weighted model count
 ``log sum_{y |= alpha} prod_v exp(x[v, y_v])`` over all ``n`` variables.
 
 Evaluation keeps every node value in one buffer of shape ``(n_slots, B)``; each
-group of nodes of equal height, kind and (power-of-two) arity is one
-``index_select`` plus one dense reduction (sum for AND, log-sum-exp for OR).
+group of nodes of equal height is one ``index_select`` plus dense reductions
+(sum over an element's terms, log-sum-exp over a node's elements).
 The backward pass is written by hand in the same layout (one ``index_add_`` per
 group), which keeps it NaN-free when values are ``-inf``: the weight of a child
-of an OR node whose value is ``-inf`` is defined as 0.
+of an OR node whose value is ``-inf`` is defined as 0.  See
+:class:`~pseudosl.logic.dag.LayerPlan` for the grouping (an OR node and the AND
+elements only it uses are one sum-of-products row).
 """
 
 from __future__ import annotations
@@ -36,8 +38,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Circuit"]
 
-_AND, _OR = 1, 2
-
 
 class _Evaluate(torch.autograd.Function):
     @staticmethod
@@ -51,21 +51,28 @@ class _Evaluate(torch.autograd.Function):
     def backward(ctx, grad_roots: Tensor):  # (R, B)
         (buf,) = ctx.saved_tensors
         c: Circuit = ctx.circuit
+        batch = buf.shape[1]
         grad = torch.zeros_like(buf)
         grad.index_add_(0, c.root_rows, grad_roots)
-        for (kind, start, count, arity), idx in zip(reversed(c._meta), reversed(c._indices())):
+        for (start, count, n_el, n_term), idx in zip(reversed(c._meta), reversed(c._indices())):
             g = grad[start:start + count]  # (count, B)
-            if kind == _AND:
-                contrib = g.unsqueeze(1).expand(count, arity, g.shape[1])
-            else:
-                out = buf[start:start + count]
-                kids = buf.index_select(0, idx).view(count, arity, -1)
-                w = torch.exp(kids - out.unsqueeze(1))
-                w = torch.where(torch.isneginf(out).unsqueeze(1), 0.0, w)
-                contrib = w * g.unsqueeze(1)
-            grad.index_add_(0, idx, contrib.reshape(count * arity, -1))
+            if n_el == 1:
+                g_el = g.unsqueeze(1)  # (count, 1, B)
+            else:  # d out / d element = softmax weight exp(element - out); 0 where out = -inf
+                out = buf[start:start + count].unsqueeze(1)
+                el = _element_values(buf, idx, count, n_el, n_term)
+                w = torch.exp(el - out).masked_fill_(torch.isneginf(out), 0.0)
+                g_el = w.mul_(g.unsqueeze(1))
+            contrib = g_el.unsqueeze(2).expand(count, n_el, n_term, batch)
+            grad.index_add_(0, idx, contrib.reshape(-1, batch))
         n_leaf = c.n_vars * c.n_values
         return grad[2:2 + n_leaf], None
+
+
+def _element_values(buf: Tensor, idx: Tensor, count: int, n_el: int, n_term: int) -> Tensor:
+    """``(count, E, B)``: each element's log-product, the sum of its terms' rows."""
+    terms = buf.index_select(0, idx).view(count, n_el, n_term, -1)
+    return terms.sum(2) if n_term > 1 else terms.squeeze(2)
 
 
 class Circuit(nn.Module):
@@ -92,10 +99,10 @@ class Circuit(nn.Module):
         self.n_values = dag.n_values
         self.n_slots = plan.n_slots
         self.n_layers = plan.n_layers
-        self._meta: list[tuple[int, int, int, int]] = []
-        for i, (kind, start, count, arity, idx) in enumerate(plan.groups):
+        self._meta: list[tuple[int, int, int, int]] = []  # (start, count, E, A) per group
+        for i, (start, count, n_el, n_term, idx) in enumerate(plan.groups):
             self.register_buffer(f"idx_{i}", torch.as_tensor(idx, dtype=torch.long), persistent=False)
-            self._meta.append((kind, start, count, arity))
+            self._meta.append((start, count, n_el, n_term))
         self.register_buffer("root_rows", torch.as_tensor(plan.roots, dtype=torch.long), persistent=False)
 
     # -- construction ---------------------------------------------------------------------
@@ -176,13 +183,12 @@ class Circuit(nn.Module):
         buf[1] = 0.0
         buf[2:2 + leaves.shape[0]] = leaves
         with torch.no_grad():
-            for (kind, start, count, arity), idx in zip(self._meta, self._indices()):
-                kids = buf.index_select(0, idx).view(count, arity, batch)
-                out = buf[start:start + count]
-                if kind == _AND:
-                    torch.sum(kids, dim=1, out=out)
+            for (start, count, n_el, n_term), idx in zip(self._meta, self._indices()):
+                el = _element_values(buf, idx, count, n_el, n_term)
+                if n_el == 1:
+                    buf[start:start + count] = el.squeeze(1)
                 else:
-                    torch.logsumexp(kids, dim=1, out=out)
+                    torch.logsumexp(el, dim=1, out=buf[start:start + count])
         return buf
 
     def categorical_input(self, x: Tensor) -> Tensor:
@@ -227,9 +233,9 @@ class Circuit(nn.Module):
         cols = [torch.full((1, batch), float("-inf"), dtype=x.dtype, device=x.device),
                 torch.zeros(1, batch, dtype=x.dtype, device=x.device), x.reshape(batch, -1).t()]
         buf = torch.cat(cols)
-        for (kind, start, count, arity), idx in zip(self._meta, self._indices()):
-            kids = buf.index_select(0, idx).view(count, arity, batch)
-            out = kids.sum(1) if kind == _AND else _safe_logsumexp(kids, 1)
+        for (start, count, n_el, n_term), idx in zip(self._meta, self._indices()):
+            el = buf.index_select(0, idx).view(count, n_el, n_term, batch).sum(2)
+            out = el.squeeze(1) if n_el == 1 else _safe_logsumexp(el, 1)
             buf = torch.cat([buf, out])
         out = buf.index_select(0, self.root_rows).t()
         return out[:, 0] if self.n_roots == 1 else out

@@ -137,7 +137,7 @@ def dag_from_pysdd(nodes: "SddNode | Sequence[SddNode]", n_vars: int | None = No
                 lit = u.literal
                 made[u.id] = b.literal(abs(lit) - 1, 1 if lit > 0 else 0)
             else:
-                elems = list(u.elements())
+                elems = [n for pair in u.elements() for n in pair]  # PySDD gives (prime, sub) pairs
                 todo = [e for e in elems if e.id not in made]
                 if todo:
                     stack.extend(todo)
