@@ -3,7 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -c constraints.txt torch==2.13.0
 .venv/bin/python -m pip install -q -c constraints.txt -e ".[test,bench]"
 .venv/bin/python -m pytest -q "$@"

@@ -200,8 +200,8 @@ def test_checks_reject_invalid_circuits():
 
 def test_save_load_roundtrip(tmp_path):
     circuit, _ = random_circuit(13, 4, 3, 2)
-    circuit.save(tmp_path / "c.npz")
-    loaded = Circuit.load(tmp_path / "c.npz")
+    assert circuit.save(tmp_path / "c") == tmp_path / "c.npz"
+    loaded = Circuit.load(tmp_path / "c")
     assert loaded.fingerprint() == circuit.fingerprint()
     x = torch.randn(3, 4, 3, dtype=torch.float64)
     assert torch.equal(loaded(x), circuit(x))

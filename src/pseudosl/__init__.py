@@ -10,6 +10,7 @@ from .logic.automaton import DFA, forbidden_words_dfa
 from .logic.cnf import parse_dimacs
 from .logic.errors import DimacsFormatError, UnsatisfiableError
 from .logic.formula import And, Not, Or, Var, false, iff, implies, true, variables
+from .logic.sdd import SddFormatError
 
 __all__ = [
     "And",
@@ -21,6 +22,7 @@ __all__ = [
     "DimacsFormatError",
     "Not",
     "Or",
+    "SddFormatError",
     "UnsatisfiableError",
     "Var",
     "cache_dir",

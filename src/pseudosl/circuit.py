@@ -124,12 +124,20 @@ class Circuit(nn.Module):
         return cls(dag_from_pysdd(nodes, n_vars=n_vars))
 
     # -- persistence ----------------------------------------------------------------------
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path) -> Path:
+        """Write the symbolic circuit to ``path`` (``.npz`` is appended if missing); returns the path."""
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_name(path.name + ".npz")
         np.savez_compressed(path, **self.dag.to_arrays())
+        return path
 
     @classmethod
     def load(cls, path: str | Path) -> "Circuit":
+        """Read a circuit written by :meth:`save` (the ``.npz`` suffix may be left out)."""
         path = Path(path)
+        if not path.exists() and path.with_name(path.name + ".npz").exists():
+            path = path.with_name(path.name + ".npz")
         if not path.exists():
             raise FileNotFoundError(f"no saved circuit at {path}")
         try:

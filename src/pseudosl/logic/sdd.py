@@ -16,7 +16,7 @@ from .dag import CircuitBuilder, Dag
 if TYPE_CHECKING:  # pragma: no cover
     from pysdd.sdd import SddNode
 
-__all__ = ["read_sdd_file", "read_vtree_var_count", "dag_from_pysdd"]
+__all__ = ["SddFormatError", "read_sdd_file", "read_vtree_var_count", "dag_from_pysdd"]
 
 
 class SddFormatError(ValueError):

@@ -1,0 +1,152 @@
+"""Compilation front-ends: CNF, formulas and automata -> :class:`~pseudosl.Circuit`.
+
+The symbolic work happens in the torch-free :mod:`pseudosl.logic` layer
+(:mod:`~pseudosl.logic.cnf`, :mod:`~pseudosl.logic.formula`, :mod:`~pseudosl.logic.automaton`,
+one PySDD driver in :mod:`~pseudosl.logic.sddcompile`); these functions validate and
+normalise the input, consult the on-disk cache (:mod:`pseudosl.cache`, keyed by the
+normalised content and options) and wrap the result in a :class:`Circuit`.
+
+Example:
+    >>> import torch, pseudosl
+    >>> c = pseudosl.compile_cnf([[1, 2], [-1, -2]])          # XOR of two Booleans
+    >>> c.log_prob(torch.log(torch.tensor([[0.5, 0.5]]))).exp()
+    tensor([0.5000])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from .cache import cached_circuit
+from .circuit import Circuit
+from .logic.automaton import DFA, _int, automaton_dag, forbidden_words_dfa
+from .logic.cnf import cnf_formula, normalize_clauses, parse_dimacs
+from .logic.errors import UnsatisfiableError
+from .logic.formula import Formula
+from .logic.sddcompile import VTREE_TYPES, compile_with_pysdd
+
+__all__ = ["compile_cnf", "compile_formula", "compile_automaton", "no_forbidden_words"]
+
+
+def compile_cnf(path_or_clauses: str | Path | Sequence[Sequence[int]], n_vars: int | None = None, *,
+                vtree: str = "balanced", minimize: bool = True, allow_unsat: bool = False,
+                cache: bool = True) -> Circuit:
+    """Compile a CNF (a DIMACS file/text, or a list of clauses of nonzero ints) into a Boolean circuit.
+
+    DIMACS variable ``i`` is circuit position ``i - 1``; an empty clause list is TRUE.
+
+    Args:
+        path_or_clauses: a path (``str``/``Path``) or text of a DIMACS CNF file
+            (see :func:`~pseudosl.logic.cnf.parse_dimacs`), or clauses such as ``[[1, -2], [2, 3]]``.
+        n_vars: number of variables; defaults to the header's count (files) or the largest
+            variable mentioned (lists).  May exceed it (extra variables are unconstrained).
+        vtree: initial PySDD vtree, ``"balanced"``, ``"right"``, ``"left"`` or ``"vertical"``.
+        minimize: let PySDD minimize the vtree dynamically while compiling.
+        allow_unsat: return a circuit whose root is FALSE (``log_prob = -inf``) for an
+            unsatisfiable CNF instead of raising :class:`UnsatisfiableError`.
+        cache: use the on-disk compile cache (:mod:`pseudosl.cache`).
+
+    Returns:
+        A single-rooted :class:`Circuit` with ``n_vars`` Boolean variables.
+    """
+    if isinstance(path_or_clauses, (str, Path)):
+        header_vars, clauses = parse_dimacs(path_or_clauses)
+        if n_vars is None:
+            n_vars = header_vars
+        elif isinstance(n_vars, int) and n_vars < header_vars:
+            raise ValueError(f"n_vars={n_vars} is smaller than the {header_vars} variables the DIMACS header declares")
+    else:
+        clauses = path_or_clauses
+    n_vars, clauses = normalize_clauses(clauses, n_vars)
+    _check_vtree(vtree)
+    key = ("cnf", n_vars, clauses, vtree, bool(minimize))
+    circuit = cached_circuit(key, lambda: Circuit(compile_with_pysdd([cnf_formula(clauses)], n_vars,
+                                                                     vtree=vtree, minimize=minimize)),
+                             enabled=cache)
+    return _check_sat(circuit, allow_unsat, "the CNF")
+
+
+def compile_formula(formula_or_list: Formula | Sequence[Formula], n_vars: int | None = None, *,
+                    vtree: str = "balanced", minimize: bool = True, allow_unsat: bool = False,
+                    cache: bool = True) -> Circuit:
+    """Compile a :class:`~pseudosl.logic.formula.Formula` (or a list: one root per formula) via PySDD.
+
+    Args:
+        formula_or_list: a formula over ``Var(i)`` (0-based), or a non-empty list of formulas.
+        n_vars: number of Boolean variables; defaults to the largest index used plus one.
+        vtree, minimize, allow_unsat, cache: as in :func:`compile_cnf`
+            (with ``allow_unsat=False`` every root must be satisfiable).
+
+    Returns:
+        A :class:`Circuit` with ``n_vars`` Boolean variables and one root per formula.
+
+    Example:
+        >>> from pseudosl.logic.formula import variables
+        >>> a, b, c = variables(3)
+        >>> circuit = compile_formula([a.implies(b), b | c])   # log_prob: (B, 2)
+    """
+    formulas = [formula_or_list] if isinstance(formula_or_list, Formula) else formula_or_list
+    if isinstance(formulas, (str, bytes)) or not isinstance(formulas, Sequence) or not formulas:
+        raise TypeError(f"formula_or_list must be a Formula or a non-empty list of Formulas, got {formula_or_list!r}")
+    formulas = list(formulas)
+    for i, f in enumerate(formulas):
+        if not isinstance(f, Formula):
+            raise TypeError(f"formula {i} is a {type(f).__name__} ({f!r}), not a Formula")
+    largest = max(f.max_var() for f in formulas)
+    if n_vars is None:
+        if largest < 0:
+            raise ValueError("the formulas mention no variable; pass n_vars (>= 1) to size the circuit")
+        n_vars = largest + 1
+    _check_vtree(vtree)
+    key = ("formula", n_vars, tuple(f.key() for f in formulas), vtree, bool(minimize))
+    circuit = cached_circuit(key, lambda: Circuit(compile_with_pysdd(formulas, n_vars, vtree=vtree,
+                                                                     minimize=minimize)),
+                             enabled=cache)
+    return _check_sat(circuit, allow_unsat, "the formula")
+
+
+def compile_automaton(dfa: DFA, n_positions: int, *, cache: bool = True) -> Circuit:
+    """The circuit "``dfa`` accepts ``y_0 .. y_{n_positions-1}``" over ``dfa.n_values``-valued positions.
+
+    Unrolls the DFA directly (no SDD; see :mod:`pseudosl.logic.automaton`):
+    ``O(n_states * n_positions)`` OR nodes.  A DFA accepting no sequence of this length
+    gives a FALSE root (``log_prob = -inf``).
+
+    Example:
+        >>> from pseudosl.logic.automaton import DFA
+        >>> even = DFA.from_transitions(2, 2, 0, {0}, [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 0)])
+        >>> circuit = compile_automaton(even, 5)        # an even number of ones among 5 Booleans
+    """
+    if not isinstance(dfa, DFA):
+        raise TypeError(f"dfa must be a pseudosl.logic.automaton.DFA, got {type(dfa).__name__}")
+    n_positions = _int("n_positions", n_positions, low=1)
+    return cached_circuit(("automaton", dfa.key(), n_positions),
+                          lambda: Circuit(automaton_dag(dfa, n_positions)), enabled=cache)
+
+
+def no_forbidden_words(words: Sequence[Sequence[int]], n_positions: int, n_values: int, *,
+                       cache: bool = True) -> Circuit:
+    """Circuit over ``n_positions`` positions: no word of ``words`` occurs contiguously.
+
+    See :func:`~pseudosl.logic.automaton.forbidden_words_dfa` (fold large vocabularies first).
+
+    Example:
+        >>> circuit = no_forbidden_words([[0, 1], [2, 2]], n_positions=6, n_values=3)
+    """
+    return compile_automaton(forbidden_words_dfa(words, n_values), n_positions, cache=cache)
+
+
+def _check_vtree(vtree: str) -> None:
+    if vtree not in VTREE_TYPES:
+        raise ValueError(f"vtree must be one of {VTREE_TYPES}, got {vtree!r}")
+
+
+def _check_sat(circuit: Circuit, allow_unsat: bool, what: str) -> Circuit:
+    if not allow_unsat:
+        unsat = [r for r in range(circuit.n_roots) if circuit.dag.is_false(r)]
+        if unsat:
+            roots = "" if circuit.n_roots == 1 else f" (root {unsat[0]})"
+            raise UnsatisfiableError(f"{what}{roots} is unsatisfiable; pass allow_unsat=True to get a "
+                                     f"circuit whose log_prob is -inf")
+    return circuit

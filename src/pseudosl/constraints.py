@@ -1,0 +1,176 @@
+"""Built-in constraints as circuit fragments (builders need no torch).
+
+Each builder adds nodes to a :class:`~pseudosl.logic.CircuitBuilder` and returns the
+node id, so several constraints can share one builder and one multi-rooted circuit.
+All are deterministic and decomposable by construction (dynamic programs over the
+variables in order); :meth:`CircuitBuilder.build` smooths them.
+
+* ``exactly_k(b, vs, k)``   ``sum_i [X_{vs_i} = 1] = k``   (Boolean; ``exactly_one`` is ``k = 1``)
+* ``at_most_k(b, vs, k)``   ``sum_i [X_{vs_i} = 1] <= k``  (Boolean)
+* ``all_different(b, ps, values)``  the positions ``ps`` take pairwise different values, all in ``values``
+
+The ``compile_*`` conveniences return a :class:`~pseudosl.Circuit` with one root per group.
+
+Conjoining fragments with ``b.and_`` stays decomposable only when they mention disjoint
+variables; constraints that overlap go to separate roots (``b.build([r1, r2])``), or
+through :func:`pseudosl.compile_formula` when their conjunction is needed as one root.
+
+Example:
+    >>> from pseudosl.logic import CircuitBuilder
+    >>> b = CircuitBuilder(n_vars=5)
+    >>> both = b.and_(exactly_one(b, [0, 1]), at_most_k(b, [2, 3, 4], 1))   # disjoint: one root
+    >>> dag = b.build([both, exactly_k(b, [1, 2], 1)])                       # overlapping: two roots
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Sequence
+
+from .logic.dag import CircuitBuilder
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .circuit import Circuit
+
+__all__ = ["exactly_one", "exactly_k", "at_most_k", "all_different",
+           "compile_exactly_one", "compile_exactly_k", "compile_at_most_k", "compile_all_different"]
+
+
+def exactly_k(b: CircuitBuilder, variables: Sequence[int], k: int) -> int:
+    """``sum_i [X_{variables_i} = 1] == k`` over distinct Boolean variables.
+
+    Counting DP, ``O(len(variables) * k)`` nodes:
+    ``node(i, r)`` = "exactly ``r`` of ``variables[i:]`` are true"
+    = ``([X_i=1] AND node(i+1, r-1)) OR ([X_i=0] AND node(i+1, r))``.
+    """
+    return _count(b, variables, k, at_most=False, name="exactly_k")
+
+
+def exactly_one(b: CircuitBuilder, variables: Sequence[int]) -> int:
+    """Exactly one of the Boolean ``variables`` is true."""
+    return _count(b, variables, 1, at_most=False, name="exactly_one")
+
+
+def at_most_k(b: CircuitBuilder, variables: Sequence[int], k: int) -> int:
+    """``sum_i [X_{variables_i} = 1] <= k`` over distinct Boolean variables (same DP as :func:`exactly_k`)."""
+    return _count(b, variables, k, at_most=True, name="at_most_k")
+
+
+def all_different(b: CircuitBuilder, positions: Sequence[int], values: Sequence[int] | None = None) -> int:
+    """The categorical ``positions`` take pairwise different values, each one of ``values``.
+
+    ``values`` defaults to all ``b.n_values`` values; more positions than values is FALSE.
+    DP over (index, set of used values), memoised:
+    ``node(i, U) = OR_{c in values - U} ([X_{p_i} = c] AND node(i+1, U + {c}))``, ``node(m, U) = TRUE``;
+    ``sum_i C(|values|, i)`` states (512 for 9 positions over 9 values, e.g. a Sudoku row).
+    """
+    positions = _variables(b, positions, "all_different")
+    vals = list(range(b.n_values)) if values is None else sorted({_index("value", c) for c in values})
+    bad = [c for c in vals if not 0 <= c < b.n_values]
+    if bad:
+        raise ValueError(f"all_different: value {bad[0]} is out of range 0..{b.n_values - 1}")
+    m = len(positions)
+    if m > len(vals):
+        return b.false()
+    memo: dict[int, int] = {}  # used-values bitmask -> node; level = popcount(mask)
+    level: list[int] = [0]
+    for i in range(m):  # breadth-first: masks reachable after i positions
+        nxt = {mask | (1 << j) for mask in level for j in range(len(vals)) if not mask >> j & 1}
+        level = sorted(nxt)
+    for mask in level:  # all masks after m positions
+        memo[mask] = b.true()
+    for i in reversed(range(m)):
+        prev = {mask & ~(1 << j) for mask in memo for j in range(len(vals)) if mask >> j & 1}
+        memo = {mask: b.or_(*(b.and_(b.literal(positions[i], vals[j]), memo[mask | (1 << j)])
+                              for j in range(len(vals)) if not mask >> j & 1))
+                for mask in prev}
+    return memo[0]
+
+
+# -- compiled conveniences ---------------------------------------------------------------------
+def compile_exactly_one(n_vars: int, groups: Sequence[Sequence[int]] | Sequence[int]) -> "Circuit":
+    """Boolean circuit over ``n_vars`` variables, one root "exactly one true" per group.
+
+    ``groups`` is a list of variable lists, or one flat list of variables (= one group).
+    """
+    return _compile(n_vars, 2, groups, lambda b, g: exactly_one(b, g))
+
+
+def compile_exactly_k(n_vars: int, groups: Sequence[Sequence[int]] | Sequence[int], k: int) -> "Circuit":
+    """Boolean circuit, one root "exactly ``k`` true" per group (see :func:`compile_exactly_one`)."""
+    return _compile(n_vars, 2, groups, lambda b, g: exactly_k(b, g, k))
+
+
+def compile_at_most_k(n_vars: int, groups: Sequence[Sequence[int]] | Sequence[int], k: int) -> "Circuit":
+    """Boolean circuit, one root "at most ``k`` true" per group (see :func:`compile_exactly_one`)."""
+    return _compile(n_vars, 2, groups, lambda b, g: at_most_k(b, g, k))
+
+
+def compile_all_different(n_vars: int, n_values: int, groups: Sequence[Sequence[int]] | Sequence[int],
+                          values: Sequence[int] | None = None) -> "Circuit":
+    """Categorical circuit, one root "all different" per group of positions.
+
+    Example (Sudoku, 81 cells with 9 values, 27 roots)::
+
+        rows = [[9 * r + c for c in range(9)] for r in range(9)]
+        cols = [[9 * r + c for r in range(9)] for c in range(9)]
+        boxes = [[9 * (3 * br + r) + 3 * bc + c for r in range(3) for c in range(3)]
+                 for br in range(3) for bc in range(3)]
+        circuit = compile_all_different(81, 9, rows + cols + boxes)
+    """
+    return _compile(n_vars, n_values, groups, lambda b, g: all_different(b, g, values))
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+def _compile(n_vars: int, n_values: int, groups, make) -> "Circuit":
+    from .circuit import Circuit
+
+    if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or len(groups) == 0:
+        raise ValueError(f"groups must be a non-empty list of variable lists, got {groups!r}")
+    if all(isinstance(g, int) and not isinstance(g, bool) for g in groups):
+        groups = [groups]
+    b = CircuitBuilder(n_vars, n_values)
+    return Circuit(b.build([make(b, g) for g in groups]))
+
+
+def _count(b: CircuitBuilder, variables: Sequence[int], k: int, *, at_most: bool, name: str) -> int:
+    if b.n_values != 2:
+        raise ValueError(f"{name} counts Boolean variables but the builder has n_values={b.n_values}; "
+                         f"use a CircuitBuilder(n_vars, 2)")
+    vs = _variables(b, variables, name)
+    k = _index("k", k)
+    if k < 0:
+        raise ValueError(f"{name}: k must be >= 0, got {k}")
+    n = len(vs)
+    # node[r] = constraint on variables[i:] with r true ones still needed (exactly) / allowed (at most)
+    node = [b.true() if (r == 0 or at_most) else b.false() for r in range(k + 1)]
+    for i in reversed(range(n)):
+        remaining = n - i
+        pos, neg = b.literal(vs[i], 1), b.literal(vs[i], 0)
+        node = [b.false() if (r > remaining and not at_most) else
+                b.true() if (at_most and r >= remaining) else
+                b.or_(b.and_(neg, node[r]), b.and_(pos, node[r - 1]) if r > 0 else b.false())
+                for r in range(k + 1)]
+    return node[k]
+
+
+def _variables(b: CircuitBuilder, variables: Sequence[int], name: str) -> list[int]:
+    if isinstance(variables, (str, bytes)) or not isinstance(variables, Sequence):
+        raise TypeError(f"{name}: variables must be a sequence of ints, got {type(variables).__name__}")
+    vs = [_index("variable", v) for v in variables]
+    if len(set(vs)) != len(vs):
+        dup = next(v for v in vs if vs.count(v) > 1)
+        raise ValueError(f"{name}: variable {dup} is listed twice; the variables must be distinct")
+    bad = [v for v in vs if not 0 <= v < b.n_vars]
+    if bad:
+        raise ValueError(f"{name}: variable {bad[0]} is out of range 0..{b.n_vars - 1}")
+    return vs
+
+
+def _index(name: str, v: object) -> int:
+    if isinstance(v, bool):
+        raise TypeError(f"{name} must be an int, got the bool {v!r}")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}") from None

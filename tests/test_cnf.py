@@ -1,0 +1,160 @@
+"""compile_cnf / parse_dimacs vs brute force; DIMACS errors; the compile cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import oracle
+import pseudosl
+from checks import assert_boolean_matches_oracle, assert_matches_oracle, random_log_weights
+from pseudosl import DimacsFormatError, UnsatisfiableError, compile_cnf, parse_dimacs
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache_in_tmp(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PSEUDOSL_CACHE", str(tmp_path_factory.mktemp("pseudosl-cache")))
+        yield
+
+
+@st.composite
+def cnfs(draw):
+    n = draw(st.integers(1, 6))
+    lit = st.integers(1, n).flatmap(lambda v: st.sampled_from([v, -v]))
+    clauses = draw(st.lists(st.lists(lit, min_size=0, max_size=4), max_size=8))
+    return n, clauses
+
+
+def satisfies(clauses, y) -> bool:
+    return all(any((y[abs(l) - 1] == 1) == (l > 0) for l in c) for c in clauses)
+
+
+@given(cnfs(), st.sampled_from(["balanced", "right", "left"]), st.booleans(), st.integers(0, 2**31 - 1))
+def test_random_cnf_matches_oracle(cnf, vtree, minimize, seed):
+    n, clauses = cnf
+    truth = oracle.truth_of(lambda y: satisfies(clauses, y), n, 2)
+    c = compile_cnf(clauses, n, vtree=vtree, minimize=minimize, allow_unsat=True, cache=False)
+    assert (c.n_vars, c.n_values, c.n_roots) == (n, 2, 1)
+    c.check()
+    assert c.dag.is_false() == (not truth.any())
+    np.testing.assert_array_equal(c.dag.evaluate(oracle.assignments(n, 2))[:, 0], truth)
+    for normalised in (True, False):
+        assert_matches_oracle(c, [truth], random_log_weights(seed, 3, n, 2, normalised))
+    logits = 3.0 * torch.randn(3, n, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    assert_boolean_matches_oracle(c, [truth], logits)
+
+
+def test_unsat_raises_unless_allowed():
+    with pytest.raises(UnsatisfiableError, match="allow_unsat=True"):
+        compile_cnf([[1], [-1]], cache=False)
+    with pytest.raises(UnsatisfiableError):
+        compile_cnf([[]], n_vars=2, cache=False)
+    c = compile_cnf([[1], [-1]], n_vars=2, allow_unsat=True, cache=False)
+    x = torch.zeros(4, 2, dtype=torch.float64, requires_grad=True)
+    lp = c.log_prob(torch.nn.functional.logsigmoid(x))
+    assert torch.isneginf(lp).all()
+    assert issubclass(UnsatisfiableError, ValueError)
+
+
+def test_empty_clause_list_is_true():
+    c = compile_cnf([], n_vars=3, cache=False)
+    x = random_log_weights(0, 2, 3, 2, normalised=True)
+    torch.testing.assert_close(c.log_prob(x), torch.zeros(2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="n_vars"):
+        compile_cnf([], cache=False)
+
+
+@pytest.mark.parametrize("bad, err", [
+    ([[1, 0]], ValueError), ([[1.5]], TypeError), ([[True]], TypeError), ("1 2 0", FileNotFoundError),
+    ([1, 2], TypeError),
+])
+def test_bad_clauses(bad, err):
+    with pytest.raises(err):
+        compile_cnf(bad, cache=False)
+
+
+def test_n_vars_smaller_than_clauses():
+    with pytest.raises(ValueError, match="n_vars >= 3"):
+        compile_cnf([[1, 3]], n_vars=2, cache=False)
+    with pytest.raises(ValueError, match="vtree"):
+        compile_cnf([[1, 3]], vtree="diagonal", cache=False)
+
+
+# -- DIMACS -------------------------------------------------------------------------------------
+def test_parse_dimacs_text_and_file(tmp_path):
+    text = "c a comment\np cnf 3 3\n1 -2 0 2\n3 0\n-1 0\n%\n0\n"
+    assert parse_dimacs(text) == (3, [[1, -2], [2, 3], [-1]])
+    path = tmp_path / "f.cnf"
+    path.write_text(text)
+    assert parse_dimacs(path) == parse_dimacs(str(path)) == (3, [[1, -2], [2, 3], [-1]])
+    c = compile_cnf(path, cache=False)
+    truth = oracle.truth_of(lambda y: satisfies([[1, -2], [2, 3], [-1]], y), 3, 2)
+    np.testing.assert_array_equal(c.dag.evaluate(oracle.assignments(3, 2))[:, 0], truth)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("1 2 0\n", r"<text>:1: clause before the 'p cnf"),
+    ("c only comments\nc\n", r"no 'p cnf"),
+    ("p cnf 2 1\np cnf 2 1\n1 0\n", r"<text>:2: second 'p cnf' header"),
+    ("p cnf two 1\n1 0\n", r"<text>:1: malformed header"),
+    ("p dnf 2 1\n1 0\n", r"malformed header"),
+    ("p cnf 2 3\n1 0\n2 0\n", r"declares 3 clauses but the file has 2; truncated"),
+    ("p cnf 2 1\n1 0\n2 0\n", r"declares 1 clauses but the file has 2"),
+    ("p cnf 2 1\n1 3 0\n", r"<text>:2: literal 3 is out of range"),
+    ("p cnf 2 1\n1 x 0\n", r"<text>:2: 'x' is not an integer"),
+    ("p cnf 2 1\n1 2\n", r"<text>:2: the last clause \[1, 2\] is not terminated by 0"),
+])
+def test_dimacs_errors(text, match):
+    with pytest.raises(DimacsFormatError, match=match):
+        parse_dimacs(text)
+
+
+def test_dimacs_error_names_file(tmp_path):
+    path = tmp_path / "broken.cnf"
+    path.write_text("p cnf 2 2\n1 2 0\n")
+    with pytest.raises(DimacsFormatError, match=r"broken\.cnf:2: .*truncated"):
+        compile_cnf(path, cache=False)
+    assert issubclass(DimacsFormatError, ValueError)
+
+
+# -- cache ----------------------------------------------------------------------------------------
+def test_cache_hit_returns_equal_circuit(tmp_path, monkeypatch):
+    monkeypatch.setenv("PSEUDOSL_CACHE", str(tmp_path / "cache"))
+    assert pseudosl.cache_dir() == tmp_path / "cache"
+    clauses = [[1, 2, -3], [-1, 3], [2, 4]]
+    first = compile_cnf(clauses)
+    files = sorted((tmp_path / "cache").iterdir())
+    assert len(files) == 1 and files[0].suffix == ".npz"  # no stray temporary files
+    calls = []
+    again = pseudosl.cached_circuit(("cnf", 4, tuple(map(tuple, clauses)), "balanced", True),
+                                    lambda: calls.append(1))
+    assert not calls and again.fingerprint() == first.fingerprint()
+    assert compile_cnf(clauses).fingerprint() == first.fingerprint()
+    # other options -> another entry
+    compile_cnf(clauses, vtree="right")
+    assert len(list((tmp_path / "cache").iterdir())) == 2
+
+
+def test_cache_rebuilds_corrupt_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("PSEUDOSL_CACHE", str(tmp_path))
+    c = compile_cnf([[1, 2]])
+    (entry,) = tmp_path.iterdir()
+    entry.write_bytes(b"garbage")
+    with pytest.warns(UserWarning, match="unreadable"):
+        again = compile_cnf([[1, 2]])
+    assert again.fingerprint() == c.fingerprint()
+    assert compile_cnf([[1, 2]]).fingerprint() == c.fingerprint()
+
+
+def test_cache_disabled_and_bad_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("PSEUDOSL_CACHE", str(tmp_path))
+    compile_cnf([[1, 2]], cache=False)
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(TypeError, match="must return a pseudosl.Circuit"):
+        pseudosl.cached_circuit("key", lambda: 3)
+    with pytest.raises(TypeError, match="cache key"):
+        pseudosl.cached_circuit(object(), lambda: 3)
