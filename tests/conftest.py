@@ -30,8 +30,3 @@ def bench_circuits() -> Path:
 def _seed():
     torch.manual_seed(0)
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    """No test writes to the user's compile cache."""
-    monkeypatch.setenv("PSEUDOSL_CACHE", str(tmp_path_factory.mktemp("cache")))
