@@ -11,8 +11,18 @@ from .logic.cnf import parse_dimacs
 from .logic.errors import DimacsFormatError, UnsatisfiableError
 from .logic.formula import And, Not, Or, Var, false, iff, implies, true, variables
 from .logic.sdd import SddFormatError
+from .psl import (CausalLMEngine, PSLDiagnostics, RecurrentDecoder, RecurrentEngine, ValueMap, local_conditionals,
+                  pseudo_semantic_loss, sample_autoregressive)
 
 __all__ = [
+    "CausalLMEngine",
+    "PSLDiagnostics",
+    "RecurrentDecoder",
+    "RecurrentEngine",
+    "ValueMap",
+    "local_conditionals",
+    "pseudo_semantic_loss",
+    "sample_autoregressive",
     "And",
     "Circuit",
     "CircuitBuilder",

@@ -1,0 +1,186 @@
+"""Pseudo-semantic loss: fast neighbour engines vs the naive full expansion, side by side in one process.
+
+    python benchmarks/psl.py [--device cpu|cuda] [--quick] [--reps 3] [--threads 1] [--case all|lstm|gpt2]
+
+One loss-and-backward step per engine, warm median over ``--reps`` runs after one warm-up:
+
+(a) LSTM :class:`RecurrentDecoder`, n = 81, k = 9, hidden 128, 5 layers, 10 samples, the Sudoku
+    all-different circuit (27 roots).  naive = generic ``local_conditionals`` with the decoder's full
+    ``log_joint`` (all n*k neighbours, full length); engine = :class:`RecurrentEngine` (prefix reuse).
+(b) GPT-2 (4 layers, d = 256, vocabulary 8192), prompt of 1 token, n = 10 positions, 450 candidates per
+    position (49 distinguished tokens + sample + 399 top-k + 1 representative; catch-all folding).
+    naive = generic ``local_conditionals`` over the same 450 candidates: all 4500 neighbour sequences
+    through the full model with full-vocab logits; engine = :class:`CausalLMEngine` (KV-cache reuse),
+    also with ``recompute=True`` (one checkpointed chunk per position).
+
+Work counted first: neighbour token-steps, naive ``B K n (P + n)`` vs engine ``B K n (n - 1) / 2``
+(+ the one pass over the sample).  Memory: on CUDA ``torch.cuda.max_memory_allocated``; on CPU the
+activation bytes saved for backward (see :class:`PeakMemory`), a deterministic proxy for the peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from pseudosl import Circuit, CircuitBuilder
+from pseudosl.circuit import _log1mexp
+from pseudosl.losses import constraint_log_prob
+from pseudosl.constraints import compile_all_different
+from pseudosl.psl import CausalLMEngine, RecurrentDecoder, ValueMap, local_conditionals, pseudo_semantic_loss
+
+
+class PeakMemory:
+    """Peak memory (bytes) of a ``with`` block.
+
+    CUDA: growth of ``torch.cuda.max_memory_allocated``.  CPU: the bytes of the distinct tensor storages
+    autograd saves for backward (``saved_tensors_hooks``) -- the activation memory alive when the
+    forward pass ends, which is where a loss-and-backward step peaks; transient forward-only buffers
+    (e.g. a ``torch.no_grad`` block) are not counted.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.peak = device, 0
+
+    def __enter__(self) -> "PeakMemory":
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            self.seen: dict[int, int] = {}
+
+            def pack(t: torch.Tensor) -> torch.Tensor:
+                st = t.untyped_storage()
+                self.seen[st.data_ptr()] = max(self.seen.get(st.data_ptr(), 0), st.nbytes())
+                return t
+
+            self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+            self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            self.peak = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.hooks.__exit__(*exc)
+            self.peak = sum(self.seen.values())
+
+
+def timed(step, device: torch.device, reps: int) -> tuple[float, float]:
+    """(median seconds, peak bytes) of ``step()`` after one warm-up; memory from the first timed run."""
+    step()
+    times, peak = [], 0
+    for r in range(reps):
+        with PeakMemory(device) as m:
+            t0 = time.perf_counter()
+            step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        peak = max(peak, m.peak)
+    return statistics.median(times), peak
+
+
+def sudoku_circuit():
+    rows = [[9 * r + c for c in range(9)] for r in range(9)]
+    cols = [[9 * r + c for r in range(9)] for c in range(9)]
+    boxes = [[9 * (3 * br + r) + 3 * bc + c for r in range(3) for c in range(3)] for br in range(3) for bc in range(3)]
+    return compile_all_different(81, 9, rows + cols + boxes)
+
+
+def bench_lstm(device: torch.device, reps: int, quick: bool) -> list[tuple]:
+    n, k, b = 81, 9, 4 if quick else 10
+    torch.manual_seed(0)
+    dec = RecurrentDecoder(k, n, 128, num_layers=5, cell="lstm").to(device).eval()
+    circuit = sudoku_circuit().to(device)
+    y = dec.sample(batch_size=b)
+    eng = dec.engine()
+
+    def step(model, **kw):
+        def run():
+            dec.zero_grad(set_to_none=True)
+            pseudo_semantic_loss(model, circuit, y, **kw).backward()
+        return run
+
+    work_naive, work_eng = b * k * n * n, b * (k * n * (n - 1) // 2 + n)
+    t_e, m_e = timed(step(eng), device, reps)
+    t_n, m_n = timed(step(dec.log_joint, n_values=k), device, reps)
+    return [("(a) LSTM n=81 k=9 h=128 L=5 B=%d" % b, work_naive, work_eng, t_n, t_e, m_n, m_e)]
+
+
+def bench_gpt2(device: torch.device, reps: int, quick: bool) -> list[tuple]:
+    from transformers import GPT2Config, GPT2LMHeadModel, logging
+    logging.set_verbosity_error()
+    vocab, n, b, p_len = 8192, 10, 1, 1
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2 if quick else 4, n_embd=256, n_head=4, vocab_size=vocab, n_positions=64)
+    model = GPT2LMHeadModel(cfg).to(device).eval()
+    prompt = torch.zeros(b, p_len, dtype=torch.long, device=device)
+    naive_eng = CausalLMEngine(model, prompt)  # its __call__ is the naive full-sequence log_joint
+    y = naive_eng.sample(n)
+    # 49 distinguished tokens (not in the sample, so all 450 candidates are distinct) -> 50 circuit values
+    vm = ValueMap([t for t in range(1, vocab) if t not in set(y.flatten().tolist())][:49], vocab)
+    eng = CausalLMEngine(model, prompt, value_map=vm, top_k=399)
+    eng_rc = CausalLMEngine(model, prompt, value_map=vm, top_k=399, max_neighbours_per_chunk=450, recompute=True)
+    bld = CircuitBuilder(n, vm.n_values)  # "no distinguished token at any position" (a detox-like constraint)
+    circuit = Circuit(bld.build(bld.and_(*(bld.literal(v, vm.other) for v in range(n)))))
+    circuit = circuit.to(device)
+    with torch.no_grad():  # the same 450 candidates per position for the naive expansion
+        out = model(torch.cat([prompt, y], 1)).logits[:, p_len - 1:-1].log_softmax(-1)
+        cand, _, _ = eng._candidates(y, out)
+    K = cand.shape[-1]
+
+    def run_engine(e=eng):
+        model.zero_grad(set_to_none=True)
+        pseudo_semantic_loss(e, circuit, y, negate=True).backward()
+
+    def run_naive():
+        model.zero_grad(set_to_none=True)
+        cond = local_conditionals(naive_eng, y, candidates=cand)  # (B, n, 450) over the candidates
+        lp = cond.new_full((b, n, vocab), float("-inf")).scatter(-1, cand, cond)
+        per_value = vm.fold(lp)
+        (-_log1mexp(constraint_log_prob(circuit, per_value).clamp(max=0))).mean().backward()
+
+    work_naive, work_eng = b * K * n * (p_len + n), b * (K * n * (n - 1) // 2 + p_len + n)
+    t_e, m_e = timed(run_engine, device, reps)
+    t_r, m_r = timed(lambda: run_engine(eng_rc), device, reps)
+    t_n, m_n = timed(run_naive, device, reps)
+    name = "(b) GPT-2 L=%d d=256 V=8192 n=10 K=%d" % (cfg.n_layer, K)
+    return [(name, work_naive, work_eng, t_n, t_e, m_n, m_e),
+            (name + " recompute", work_naive, work_eng, t_n, t_r, m_n, m_r)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="smaller batch / model, one timed rep")
+    ap.add_argument("--case", choices=["all", "lstm", "gpt2"], default="all")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 avoids oversubscription "
+                    "when the machine is shared)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    reps = 1 if args.quick else args.reps
+    print(f"device={device} threads={torch.get_num_threads()} torch={torch.__version__} reps={reps}"
+          f"{' (quick)' if args.quick else ''}; memory = "
+          + ("cuda max_memory_allocated growth" if device.type == "cuda" else "bytes saved for backward"))
+    rows = (bench_lstm(device, reps, args.quick) if args.case in ("all", "lstm") else []) + \
+        (bench_gpt2(device, reps, args.quick) if args.case in ("all", "gpt2") else [])
+    hdr = (f"{'case':50s} {'steps naive':>12s} {'steps eng':>10s} {'theory x':>8s} {'naive s':>8s} {'engine s':>8s}"
+           f" {'speed x':>7s} {'naive MB':>9s} {'engine MB':>9s} {'mem x':>6s}")
+    print(hdr)
+    print("-" * len(hdr))
+    for name, wn, we, tn, te, mn, me in rows:
+        print(f"{name:50s} {wn:12d} {we:10d} {wn / we:8.2f} {tn:8.3f} {te:8.3f} {tn / te:7.2f}"
+              f" {mn / 2**20:9.1f} {me / 2**20:9.1f} {mn / max(me, 1):6.1f}")
+
+
+if __name__ == "__main__":
+    main()

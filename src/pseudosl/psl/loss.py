@@ -1,0 +1,132 @@
+"""The pseudo-semantic loss: the semantic loss of the local conditionals around a sample.
+
+For a sample ``y ~ p(. | x)`` (or any given sequence) the loss is
+
+    L(alpha, y) = -log p~_y(alpha) = -log sum_{y~ |= alpha} prod_i p(y~_i | y_{-i}, x),
+
+computed by pushing the ``(B, n, k)`` log-conditionals through the compiled circuit, i.e. the
+same :func:`pseudosl.losses.constraint_log_prob` the semantic loss uses.  It is differentiable
+w.r.t. the model parameters through the conditionals; the sample itself is a constant.
+
+Sign convention.  By default the loss *maximises* ``p~(alpha)``.  When the circuit encodes an
+event to avoid (e.g. "a forbidden word occurs") either
+
+* compile ``not alpha`` and use the default, or
+* keep ``alpha`` and pass ``negate=True``: ``L = -log(1 - p~(alpha))``, computed stably with ``log1mexp``.
+
+Both give the same value and gradients (with ``allowed``: ``-log(p~(allowed) - p~(alpha and allowed))``,
+which is ``-log p~(not alpha and allowed)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..circuit import Circuit, _log1mexp
+from ..losses import Reduction, apply_allowed, constraint_log_prob, reduce_loss
+from .neighbours import check_sample, local_conditionals
+
+__all__ = ["pseudo_semantic_loss", "PSLDiagnostics", "conditionals_of", "sample_satisfies"]
+
+
+@dataclass(frozen=True)
+class PSLDiagnostics:
+    """Per-example diagnostics of one loss evaluation (all detached, shape ``(B,)`` unless noted).
+
+    Attributes:
+        satisfied: bool, whether the sample satisfies the constraint (every root) and ``allowed``.
+        p_constraint: ``p~_y(alpha and allowed)``; ``(B, R)`` for a circuit with ``R`` roots.
+        entropy: entropy of ``p~_y`` (sum over positions of the entropies of the conditionals), nats.
+        loss: the unreduced loss.
+        conditionals: ``(B, n, k)`` the log-conditionals fed to the circuit.
+    """
+
+    satisfied: Tensor
+    p_constraint: Tensor
+    entropy: Tensor
+    loss: Tensor
+    conditionals: Tensor
+
+
+def conditionals_of(model: Any, sample: Tensor, **kw: Any) -> Tensor:
+    """``(B, n, k)`` log-conditionals from an engine (``model.local_conditionals``) or a ``log_joint`` callable."""
+    if hasattr(model, "local_conditionals"):
+        return model.local_conditionals(sample, **kw)
+    if callable(model):
+        return local_conditionals(model, sample, **kw)
+    raise TypeError("model must be a log_joint callable (y (N, n) -> (N,)) or an engine with "
+                    f".local_conditionals(sample); got {type(model).__name__}")
+
+
+def sample_satisfies(circuit: Circuit, values: Tensor, allowed: Tensor | None = None) -> Tensor:
+    """``(B,)`` bool: does each sequence of circuit values satisfy the constraint (and ``allowed``)?
+
+    Evaluates the circuit once on the one-hot log-probabilities of ``values`` (0 at the value, ``-inf``
+    elsewhere): the log WMC is 0 for a model and ``-inf`` otherwise.
+    """
+    values = check_sample(values, circuit.n_values, "values")
+    one_hot = torch.full((*values.shape, circuit.n_values), float("-inf"), device=values.device)
+    one_hot.scatter_(-1, values.unsqueeze(-1), 0.0)
+    with torch.no_grad():
+        lp = constraint_log_prob(circuit, one_hot, allowed)
+    ok = lp > -0.5
+    return ok.all(-1) if ok.dim() == 2 else ok
+
+
+def pseudo_semantic_loss(model: Any, circuit: Circuit, sample: Tensor, reduction: Reduction = "mean", *,
+                         allowed: Tensor | None = None, return_diagnostics: bool = False,
+                         negate: bool = False, **kw: Any) -> Tensor | tuple[Tensor, PSLDiagnostics]:
+    """The pseudo-semantic loss ``-log p~_y(alpha)`` of the model around ``sample``.
+
+    Args:
+        model: a ``log_joint`` callable ``y (N, n) -> (N,)`` (generic path, :func:`local_conditionals`)
+            or an engine with ``.local_conditionals(sample, **kw)`` (:class:`RecurrentEngine`,
+            :class:`CausalLMEngine`), which computes the same conditionals faster.
+        circuit: the compiled constraint over ``n`` positions with ``k`` values.  A circuit with ``R`` roots
+            (e.g. one all-different root per Sudoku row, column and box) gives the SUM of the ``R`` per-root
+            losses (the product of the ``p~(alpha_r)``, not ``p~`` of their conjunction).
+        sample: ``(B, n)`` long anchor sequences: model samples (:func:`sample_autoregressive`,
+            ``decoder.sample``), greedy decodes or data windows -- any long tensor works; it is detached.
+            For engines with a value map (:class:`CausalLMEngine`) these are token ids.
+        reduction: ``"mean"`` / ``"sum"`` over the batch, or ``"none"``.
+        allowed: optional ``(B, n, k)`` bool unit constraints conjoined with ``alpha``.
+        return_diagnostics: also return a :class:`PSLDiagnostics`.
+        negate: minimise ``p~(alpha)`` instead: ``L = -log(1 - p~(alpha))`` (see module docs).
+        **kw: forwarded to the conditionals (``chunk_size``, ``candidates``, ``n_values`` ...).
+
+    Example:
+        >>> import torch, pseudosl
+        >>> b = pseudosl.CircuitBuilder(3, 2)
+        >>> circuit = pseudosl.Circuit(b.build(b.or_(*(b.literal(v, 1) for v in range(3)))))  # some y_v = 1
+        >>> dec = pseudosl.RecurrentDecoder(n_values=2, length=3, hidden_size=8)
+        >>> y = dec.sample(batch_size=4)
+        >>> loss = pseudosl.pseudo_semantic_loss(dec.engine(), circuit, y)
+        >>> loss.backward()
+    """
+    cond = conditionals_of(model, sample, **kw)  # (B, n, k)
+    lp = constraint_log_prob(circuit, cond, allowed)  # (B,) or (B, R)
+    if negate:
+        # log p~(allowed) = sum_i log sum_{c allowed} p(c | y_-i): allowed is a product of unit constraints.
+        lp_allowed = (apply_allowed(cond, allowed).logsumexp(-1).sum(-1) if allowed is not None
+                      else cond.new_zeros(len(cond)))
+        if lp.dim() == 2:
+            lp_allowed = lp_allowed[:, None]
+        per_root = -(lp_allowed + _log1mexp(torch.clamp(lp - lp_allowed, max=0.0)))
+    else:
+        per_root = -lp
+    per_example = per_root.sum(-1) if per_root.dim() == 2 else per_root  # several roots: sum of their losses
+    loss = reduce_loss(per_example, reduction)
+    if not return_diagnostics:
+        return loss
+    with torch.no_grad():
+        values = model.circuit_values(sample) if hasattr(model, "circuit_values") else sample
+        probs = cond.exp()
+        ent = -torch.where(probs > 0, probs * cond, torch.zeros_like(cond)).flatten(1).sum(1)
+        diag = PSLDiagnostics(satisfied=sample_satisfies(circuit, values.detach(), allowed),
+                              p_constraint=lp.detach().exp(), entropy=ent,
+                              loss=per_example.detach(), conditionals=cond.detach())
+    return loss, diag

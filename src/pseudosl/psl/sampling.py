@@ -1,0 +1,73 @@
+"""Sampling anchor sequences from autoregressive models.
+
+The pseudo-semantic loss needs one sequence ``y`` per example; it is always used as a constant
+(detached ``LongTensor (B, n)``).  It may come from
+
+* :func:`sample_autoregressive` with any ``step_fn(prefix (B, t)) -> logits (B, k)`` or a decoder
+  (anything with ``.sample``, e.g. :class:`RecurrentDecoder`),
+* :meth:`CausalLMEngine.sample` (Hugging Face ``generate``),
+* or data: a window of a training sequence can be passed to the loss directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+__all__ = ["sample_autoregressive", "sample_from_logits"]
+
+
+def sample_from_logits(logits: Tensor, *, temperature: float = 1.0, top_p: float | None = None,
+                       greedy: bool = False, generator: torch.Generator | None = None) -> Tensor:
+    """Draw one value per row of ``logits (B, k)``: ``(B,)`` long.
+
+    ``temperature`` divides the logits; ``top_p`` keeps the smallest set of most likely values whose
+    mass reaches ``top_p`` (nucleus sampling); ``greedy`` takes the argmax.
+    """
+    if greedy:
+        return logits.argmax(-1)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
+    logits = logits.detach().float() / temperature
+    if top_p is not None and top_p < 1:
+        sorted_logits, order = logits.sort(-1, descending=True)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cum - sorted_logits.softmax(-1) >= top_p  # mass before this value already reaches top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    probs = logits.softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def sample_autoregressive(model: Callable[[Tensor], Tensor] | Any, length: int | None = None, *,
+                          batch_size: int | None = None, temperature: float = 1.0, top_p: float | None = None,
+                          greedy: bool = False, generator: torch.Generator | None = None,
+                          device: torch.device | str | None = None, **model_kw: Any) -> Tensor:
+    """Sample ``(B, n)`` detached long sequences.
+
+    Args:
+        model: a decoder with ``.sample(**model_kw, batch_size=..., temperature=..., ...)`` (delegated to), or a
+            ``step_fn(prefix (B, t) long) -> logits (B, k)`` scoring the next value (``t = 0`` gets a ``(B, 0)`` prefix).
+        length: ``n`` (required for a ``step_fn``).
+        batch_size: ``B`` (required for a ``step_fn``).
+        temperature, top_p, greedy, generator: see :func:`sample_from_logits`.
+        **model_kw: forwarded to ``model.sample`` (``context``, ``step_inputs``).
+    """
+    if hasattr(model, "sample"):
+        return model.sample(batch_size=batch_size, temperature=temperature, top_p=top_p, greedy=greedy,
+                            generator=generator, **model_kw)
+    if not callable(model):
+        raise TypeError(f"model must be a decoder with .sample or a step_fn, got {type(model).__name__}")
+    if length is None or batch_size is None:
+        raise ValueError("sampling with a step_fn needs length=n and batch_size=B")
+    y = torch.zeros(batch_size, 0, dtype=torch.long, device=device)
+    with torch.no_grad():
+        for _ in range(length):
+            nxt = sample_from_logits(model(y), temperature=temperature, top_p=top_p, greedy=greedy,
+                                     generator=generator)
+            y = torch.cat([y, nxt[:, None].to(y.device)], dim=1)
+    return y

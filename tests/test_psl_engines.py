@@ -1,0 +1,217 @@
+"""Fast engines (RecurrentEngine, CausalLMEngine) vs the generic path and brute force (float64)."""
+
+
+import numpy as np
+import pytest
+import torch
+
+import oracle
+from psl_models import circuit_from_truth
+from pseudosl.psl import (CausalLMEngine, RecurrentDecoder, ValueMap, local_conditionals, pseudo_semantic_loss,
+                          sample_autoregressive)
+
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+def _grads(loss, module):
+    params = [p for p in module.parameters() if p.requires_grad]
+    return torch.autograd.grad(loss, params, allow_unused=True)
+
+
+def _assert_grads_close(a, b):
+    for x, y in zip(a, b):
+        if x is None or y is None:
+            assert (x is None or not x.abs().any()) and (y is None or not y.abs().any())
+        else:
+            torch.testing.assert_close(x, y, **TOL)
+
+
+def _decoder(cell, context=True, steps=True, **kw):
+    torch.manual_seed(3)
+    return RecurrentDecoder(3, 5, 6, num_layers=2, cell=cell, dropout=0.3, context_dim=4 if context else None,
+                            step_dim=2 if steps else 0, **kw)
+
+
+@pytest.mark.parametrize("cell", ["rnn", "lstm", "gru"])
+@pytest.mark.parametrize("train", [False, True])
+def test_recurrent_engine_matches_generic_values_and_gradients(cell, train):
+    dec = _decoder(cell).train(train)
+    ctx, steps = torch.randn(2, 4), torch.randn(2, 5, 2)
+    y = dec.sample(ctx, steps)
+    eng = dec.engine(ctx, steps)
+    truth = np.random.default_rng(0).random(3 ** 5) < 0.5
+    circuit = circuit_from_truth(truth, 5, 3)
+    fast = pseudo_semantic_loss(eng, circuit, y, chunk_size=7)
+    slow = pseudo_semantic_loss(lambda s: eng(s), circuit, y, n_values=3)
+    torch.testing.assert_close(fast, slow, **TOL)
+    _assert_grads_close(_grads(fast, dec), _grads(slow, dec))
+    assert dec.training == train  # the engine restores the mode
+
+
+def test_recurrent_decoder_vs_brute_force_enumeration():
+    dec = _decoder("lstm", context=False, steps=False).eval()
+    n, k = 5, 3
+    ys = torch.as_tensor(oracle.assignments(n, k))
+    joint = dec.log_joint(ys)
+    torch.testing.assert_close(joint.logsumexp(0), torch.tensor(0.0), atol=1e-9, rtol=0)  # normalised
+    table = joint.view((k,) * n)
+    y = dec.sample(batch_size=3)
+    want = torch.stack([torch.stack([table[tuple(list(r[:i]) + [slice(None)] + list(r[i + 1:]))].log_softmax(-1)
+                                     for i in range(n)]) for r in y.tolist()])
+    torch.testing.assert_close(dec.engine().local_conditionals(y), want, **TOL)
+
+
+def test_recurrent_engine_candidates_and_dropout_flag():
+    dec = _decoder("gru", context=False, steps=False)
+    y = dec.sample(batch_size=2)
+    cand = torch.tensor([[0, 2]] * 5)
+    eng = dec.engine()
+    torch.testing.assert_close(eng.local_conditionals(y, candidates=cand),
+                               local_conditionals(eng, y, candidates=cand), **TOL)
+    dec.train()
+    torch.manual_seed(1)
+    a = dec.engine(dropout=True).local_conditionals(y)
+    b = dec.engine(dropout=True).local_conditionals(y)
+    assert not torch.allclose(a, b)  # stochastic in train mode when asked to keep dropout
+
+
+def test_decoder_interface_shapes_and_sampling():
+    dec = RecurrentDecoder(9, 81, 16, num_layers=5, cell="rnn", dropout=0.2).eval()  # no dropout randomness
+    g = torch.Generator().manual_seed(0)
+    y = dec.sample(batch_size=2, generator=g)
+    assert y.shape == (2, 81) and y.dtype == torch.long and not y.requires_grad
+    assert dec.step_logits(y).shape == (2, 81, 9)
+    torch.testing.assert_close(dec.sample(batch_size=2, generator=torch.Generator().manual_seed(0)), y)
+    greedy = sample_autoregressive(dec, batch_size=2, greedy=True)
+    torch.testing.assert_close(greedy, dec.step_logits(greedy).argmax(-1))  # greedy is consistent with teacher forcing
+    step_fn = lambda prefix: torch.zeros(prefix.shape[0], 4).index_fill(1, torch.tensor([2]), 50.0)  # noqa: E731
+    assert (sample_autoregressive(step_fn, 6, batch_size=3, top_p=0.5) == 2).all()
+    with pytest.raises(ValueError, match="context"):
+        RecurrentDecoder(3, 4, 5, context_dim=2).sample(batch_size=1)
+
+
+# -- GPT-2 -------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def gpt2():
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=12, n_positions=64,
+                                  bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(cfg).double()
+
+
+def _reference_log_joint(model, prompt):
+    """An independent scorer: step through the model token by token (no cache reuse, no shift arithmetic)."""
+    def log_joint(y):
+        r = y.shape[0] // prompt.shape[0]
+        p = prompt.repeat_interleave(r, 0)
+        total = 0
+        for t in range(y.shape[1]):
+            ctx = torch.cat([p, y[:, :t]], 1)
+            last = model(input_ids=ctx).logits[:, -1].log_softmax(-1)  # next-token distribution
+            total = total + last.gather(-1, y[:, t:t + 1]).squeeze(-1)
+        return total
+    return log_joint
+
+
+def test_causal_lm_engine_exact_and_shift(gpt2):
+    gpt2.eval()
+    prompt = torch.randint(0, 12, (2, 3))
+    y = torch.randint(0, 12, (2, 4))
+    eng = CausalLMEngine(gpt2, prompt, max_neighbours_per_chunk=5, max_logits=40)
+    ref = _reference_log_joint(gpt2, prompt)
+    torch.testing.assert_close(eng(y), ref(y), **TOL)  # the naive scorer has the right shift
+    fast = eng.local_conditionals(y)
+    slow = local_conditionals(ref, y, n_values=12)
+    torch.testing.assert_close(fast, slow, **TOL)
+    truth = np.random.default_rng(1).random(12 ** 2) < 0.3
+    circuit = circuit_from_truth(truth, 2, 12)
+    y2 = y[:, :2]
+    a = pseudo_semantic_loss(eng, circuit, y2)
+    b = pseudo_semantic_loss(ref, circuit, y2, n_values=12)
+    torch.testing.assert_close(a, b, **TOL)
+    g = _grads(b, gpt2)
+    _assert_grads_close(_grads(a, gpt2), g)
+    rec = CausalLMEngine(gpt2, prompt, max_neighbours_per_chunk=7, recompute=True)
+    c = pseudo_semantic_loss(rec, circuit, y2)
+    torch.testing.assert_close(c, b, **TOL)
+    _assert_grads_close(_grads(c, gpt2), g)
+
+
+def test_causal_lm_left_padding(gpt2):
+    gpt2.eval()
+    prompt = torch.tensor([[0, 5, 6], [4, 5, 6]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    y = torch.randint(0, 12, (2, 3))
+    padded = CausalLMEngine(gpt2, prompt, mask).local_conditionals(y)
+    alone = CausalLMEngine(gpt2, prompt[:1, 1:]).local_conditionals(y[:1])
+    torch.testing.assert_close(padded[:1], alone, **TOL)
+
+
+def test_value_map_fold_is_exact_when_other_is_small(gpt2):
+    gpt2.eval()
+    vm = ValueMap([3, 5, 7], 12)
+    prompt = torch.randint(0, 12, (2, 2))
+    y = torch.tensor([[3, 5, 11, 10], [10, 4, 5, 8]])  # distinguished and other tokens as samples
+    exact = vm.fold(local_conditionals(CausalLMEngine(gpt2, prompt), y))
+    # top_k = 8: S covers the vocabulary (R empty, or R = {one token} when the sample is distinguished)
+    eng = CausalLMEngine(gpt2, prompt, value_map=vm, top_k=8)
+    torch.testing.assert_close(eng.local_conditionals(y), exact, **TOL)
+    # top_k = 7: exact wherever the sample is not distinguished (|R| = 1); an estimate elsewhere
+    approx = CausalLMEngine(gpt2, prompt, value_map=vm, top_k=7).local_conditionals(y)
+    other = vm.to_values(y) == vm.other
+    torch.testing.assert_close(approx[other], exact[other], **TOL)
+    torch.testing.assert_close(approx.logsumexp(-1), torch.zeros(2, 4), **TOL)
+
+
+def test_value_map_counts_no_token_twice(gpt2):
+    """With a constant suffix (n = 1) the estimate is exact for any top_k: every token counted once."""
+    gpt2.eval()
+    vm = ValueMap([1, 2], 12)
+    prompt = torch.randint(0, 12, (3, 2))
+    y = torch.tensor([[1], [2], [9]])
+    exact = vm.fold(CausalLMEngine(gpt2, prompt).local_conditionals(y))
+    for top_k in range(0, 10):
+        got = CausalLMEngine(gpt2, prompt, value_map=vm, top_k=top_k).local_conditionals(y)
+        torch.testing.assert_close(got, exact, **TOL)
+    assert vm.to_values(torch.tensor([1, 2, 0, 11])).tolist() == [0, 1, 2, 2]
+    with pytest.raises(ValueError, match="distinct"):
+        ValueMap([1, 1], 12)
+
+
+def test_causal_lm_loss_diagnostics_use_circuit_values(gpt2):
+    gpt2.eval()
+    vm = ValueMap([3], 12)  # circuit over values {token 3, other}
+    prompt = torch.zeros(2, 1, dtype=torch.long)
+    y = torch.tensor([[3, 4, 4], [4, 4, 4]])
+    circuit = circuit_from_truth(np.array([0 in a for a in oracle.assignments(3, 2)]), 3, 2)  # token 3 occurs
+    eng = CausalLMEngine(gpt2, prompt, value_map=vm, top_k=2)
+    loss, d = pseudo_semantic_loss(eng, circuit, y, negate=True, return_diagnostics=True)
+    assert d.satisfied.tolist() == [True, False]
+    assert torch.isfinite(loss)
+    s = eng.sample(3)
+    assert s.shape == (2, 3) and s.dtype == torch.long
+
+
+def test_chunked_head_logsumexp_with_bias_matches_torch():
+    from pseudosl.psl.causal_lm import head_logsumexp
+    head = torch.nn.Linear(5, 13)
+    h = torch.randn(4, 3, 5, requires_grad=True)
+    got = head_logsumexp(h, head, max_logits=20)  # 1 row of 13 logits per chunk
+    want = head(h).logsumexp(-1)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    w = torch.randn_like(want)
+    g1 = torch.autograd.grad((got * w).sum(), [h, head.weight, head.bias])
+    g2 = torch.autograd.grad((want * w).sum(), [h, head.weight, head.bias])
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
