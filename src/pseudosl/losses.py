@@ -4,8 +4,16 @@ For per-position distributions ``q_v`` (from logits ``(B, n, k)``, or ``(B, n)``
 logits for Boolean circuits) and a constraint ``alpha`` compiled into ``circuit``:
 
 * ``constraint_log_prob``  ``log P_q(alpha AND allowed)``                  ``(B,)`` (``(B, R)`` for R roots)
-* ``semantic_loss``        ``-log P_q(alpha AND allowed)``, reduced over the batch (mean of -log, never -log of a mean)
+* ``product_log_prob``     ``log P_q(allowed) + sum_r log P_q(alpha_r | allowed)``                     ``(B,)``
+* ``semantic_loss``        ``-product_log_prob``, reduced over the batch (mean of -log, never -log of a mean)
 * ``constraint_entropy``   ``H(q(. | alpha AND allowed))``, the entropy of ``q`` conditioned on the constraint
+
+Several roots.  A circuit with ``R`` roots (e.g. one all-different root per Sudoku row, column
+and box) is scored by the product of its roots' probabilities given the unit constraints, times
+the probability of the unit constraints: the unit constraints count once, not once per root.
+For one root this is exactly ``P(alpha AND allowed)``; for several it is exact when the roots
+are independent given ``allowed`` and otherwise the standard tractable surrogate for their
+conjunction (whose circuit may be intractably large).
 
 ``allowed`` is an optional ``(B, n, k)`` bool mask of per-example unary constraints
 (``X_v in {c : allowed[b, v, c]}``) conjoined with ``alpha``, e.g. the given cells of a Sudoku.
@@ -21,9 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .circuit import Circuit
+from .circuit import Circuit, _log1mexp
 
-__all__ = ["constraint_log_prob", "semantic_loss", "constraint_entropy", "log_probs_from_logits", "reduce_loss"]
+__all__ = ["constraint_log_prob", "product_log_prob", "semantic_loss", "constraint_entropy", "log_probs_from_logits",
+           "reduce_loss"]
 
 Reduction = Literal["mean", "sum", "none"]
 
@@ -57,6 +66,32 @@ def constraint_log_prob(circuit: Circuit, log_probs: Tensor, allowed: Tensor | N
     return circuit.log_prob(apply_allowed(x, allowed))
 
 
+def product_log_prob(circuit: Circuit, log_probs: Tensor, allowed: Tensor | None = None, *,
+                     negate: bool = False) -> Tensor:
+    """``(B,)`` ``log P(allowed) + sum_r log P(alpha_r | allowed)`` for normalised log-probabilities.
+
+    With ``negate=True`` every root is replaced by its negation: ``log P(allowed) + sum_r log(1 - P(alpha_r | allowed))``,
+    computed stably with ``log1mexp`` (the same as compiling ``not alpha_r``, up to rounding: where
+    ``P(alpha_r | allowed)`` is 1 the result is about ``-37`` nats in float64 rather than ``-inf``; compile
+    the negation when that matters).  ``P(allowed)`` of a
+    fully-factorized distribution is ``prod_v sum_{c allowed} q_v(c)`` (1 without ``allowed``).
+    Where ``P(allowed) = 0`` the result is ``-inf``.
+    """
+    x = circuit.categorical_input(log_probs)
+    lp = circuit.log_prob(apply_allowed(x, allowed))
+    lp = lp.unsqueeze(-1) if lp.dim() == 1 else lp  # (B, R)
+    if allowed is None and not negate:
+        return lp.sum(-1)
+    log_allowed = apply_allowed(x, allowed).logsumexp(-1).sum(-1) if allowed is not None else lp.new_zeros(len(lp))
+    impossible = torch.isneginf(log_allowed)
+    safe_allowed = log_allowed.masked_fill(impossible, 0.0).unsqueeze(-1)
+    cond = (lp - safe_allowed).clamp(max=0.0)  # log P(alpha_r | allowed), rounding kept <= 0
+    if negate:
+        cond = _log1mexp(cond)
+    out = safe_allowed.squeeze(-1) + cond.sum(-1)
+    return out.masked_fill(impossible, float("-inf"))
+
+
 def semantic_loss(circuit: Circuit, logits: Tensor, reduction: Reduction = "mean",
                   allowed: Tensor | None = None) -> Tensor:
     """The semantic loss ``-log P(alpha)`` of fully-factorized outputs given by ``logits``.
@@ -65,8 +100,9 @@ def semantic_loss(circuit: Circuit, logits: Tensor, reduction: Reduction = "mean
         circuit: the compiled constraint (``n`` variables with ``k`` values).
         logits: ``(B, n, k)`` unnormalised scores (``log_softmax`` is applied per position),
             or ``(B, n)`` Bernoulli logits when ``k = 2``.
-        reduction: ``"mean"`` (default) or ``"sum"`` over the batch of per-example losses, or ``"none"``.
+        reduction: ``"mean"`` (default) or ``"sum"`` over the batch of per-example losses, or ``"none"`` (``(B,)``).
         allowed: optional ``(B, n, k)`` bool mask of per-example unit constraints conjoined with ``alpha``.
+            Several roots are combined by :func:`product_log_prob` (unit constraints counted once).
 
     Example:
         >>> import torch, pseudosl
@@ -74,8 +110,7 @@ def semantic_loss(circuit: Circuit, logits: Tensor, reduction: Reduction = "mean
         >>> pseudosl.semantic_loss(c, torch.zeros(1, 3))        # -log(1 - 1/8)
         tensor(0.1335)
     """
-    lp = constraint_log_prob(circuit, log_probs_from_logits(circuit, logits), allowed)
-    return reduce_loss(-lp, reduction)
+    return reduce_loss(-product_log_prob(circuit, log_probs_from_logits(circuit, logits), allowed), reduction)
 
 
 def constraint_entropy(circuit: Circuit, logits: Tensor, allowed: Tensor | None = None) -> Tensor:

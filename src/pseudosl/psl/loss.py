@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..circuit import Circuit, _log1mexp
-from ..losses import Reduction, apply_allowed, constraint_log_prob, reduce_loss
+from ..circuit import Circuit
+from ..losses import Reduction, constraint_log_prob, product_log_prob, reduce_loss
 from .neighbours import check_sample, local_conditionals
 
 __all__ = ["pseudo_semantic_loss", "PSLDiagnostics", "conditionals_of", "sample_satisfies"]
@@ -87,8 +87,9 @@ def pseudo_semantic_loss(model: Any, circuit: Circuit, sample: Tensor, reduction
             or an engine with ``.local_conditionals(sample, **kw)`` (:class:`RecurrentEngine`,
             :class:`CausalLMEngine`), which computes the same conditionals faster.
         circuit: the compiled constraint over ``n`` positions with ``k`` values.  A circuit with ``R`` roots
-            (e.g. one all-different root per Sudoku row, column and box) gives the SUM of the ``R`` per-root
-            losses (the product of the ``p~(alpha_r)``, not ``p~`` of their conjunction).
+            (e.g. one all-different root per Sudoku row, column and box) is scored by
+            :func:`pseudosl.losses.product_log_prob`: ``-log p~(allowed) - sum_r log p~(alpha_r | allowed)``
+            (the product of the roots' probabilities, unit constraints counted once; not ``p~`` of their conjunction).
         sample: ``(B, n)`` long anchor sequences: model samples (:func:`sample_autoregressive`,
             ``decoder.sample``), greedy decodes or data windows -- any long tensor works; it is detached.
             For engines with a value map (:class:`CausalLMEngine`) these are token ids.
@@ -108,21 +109,12 @@ def pseudo_semantic_loss(model: Any, circuit: Circuit, sample: Tensor, reduction
         >>> loss.backward()
     """
     cond = conditionals_of(model, sample, **kw)  # (B, n, k)
-    lp = constraint_log_prob(circuit, cond, allowed)  # (B,) or (B, R)
-    if negate:
-        # log p~(allowed) = sum_i log sum_{c allowed} p(c | y_-i): allowed is a product of unit constraints.
-        lp_allowed = (apply_allowed(cond, allowed).logsumexp(-1).sum(-1) if allowed is not None
-                      else cond.new_zeros(len(cond)))
-        if lp.dim() == 2:
-            lp_allowed = lp_allowed[:, None]
-        per_root = -(lp_allowed + _log1mexp(torch.clamp(lp - lp_allowed, max=0.0)))
-    else:
-        per_root = -lp
-    per_example = per_root.sum(-1) if per_root.dim() == 2 else per_root  # several roots: sum of their losses
+    per_example = -product_log_prob(circuit, cond, allowed, negate=negate)  # (B,), unit constraints counted once
     loss = reduce_loss(per_example, reduction)
     if not return_diagnostics:
         return loss
     with torch.no_grad():
+        lp = constraint_log_prob(circuit, cond, allowed)  # (B,) or (B, R)
         values = model.circuit_values(sample) if hasattr(model, "circuit_values") else sample
         probs = cond.exp()
         ent = -torch.where(probs > 0, probs * cond, torch.zeros_like(cond)).flatten(1).sum(1)

@@ -1,0 +1,1 @@
+"""Experiments of the paper, one package each (``pseudosl <name> train|eval`` on the command line)."""

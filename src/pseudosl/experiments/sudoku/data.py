@@ -1,0 +1,299 @@
+"""Sudoku puzzles: a generator with unique solutions, SATNet / CSV loaders and a disk cache.
+
+A data set is a pair of ``int64`` tensors of shape ``(N, 81)`` in row-major order:
+``puzzles`` with digits ``1..9`` for givens and ``0`` for blanks, ``solutions`` with
+digits ``1..9``.  (Models see digits as classes ``0..8``: ``solution - 1``.)
+
+Generation (deterministic by seed, numpy only):
+
+1. full grids: a small pool of grids built by randomized bitmask backtracking, each
+   puzzle then draws one and applies a random Sudoku symmetry (digit relabelling,
+   rows within bands, bands, columns within stacks, stacks, transpose);
+2. holes: blank ``n_missing`` random cells at once, count solutions (bitmask
+   backtracking with the fewest-candidates rule, stop at 2); while there are two,
+   restore one blank cell where the two solutions differ.  The result has a unique
+   solution; with 10 blanks a restore is almost never needed.
+
+``satnet=True`` draws the number of givens uniformly from 31..42 (SATNet's range,
+mean 36.5) instead of a fixed ``n_missing``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["SudokuData", "generate", "count_solutions", "is_valid_solution", "load_satnet", "load_csv",
+           "save_satnet", "save_csv", "load_or_generate", "default_data_dir"]
+
+_ROW = np.arange(81) // 9
+_COL = np.arange(81) % 9
+_BOX = (_ROW // 3) * 3 + _COL // 3
+_FULL = 0x1FF  # nine bits, bit d-1 = digit d
+
+
+@dataclass
+class SudokuData:
+    puzzles: Tensor    # (N, 81) int64, 0 = blank
+    solutions: Tensor  # (N, 81) int64, 1..9
+
+    def __len__(self) -> int:
+        return int(self.puzzles.shape[0])
+
+    def __getitem__(self, idx) -> "SudokuData":
+        return SudokuData(self.puzzles[idx], self.solutions[idx])
+
+
+# -- solving --------------------------------------------------------------------------------
+def count_solutions(grid, limit: int = 2, rng: np.random.Generator | None = None) -> tuple[int, list[list[int]]]:
+    """Number of completions of ``grid`` (81 ints, 0 = blank), up to ``limit``, and the completions found.
+
+    Bitmask backtracking: always branch on the blank cell with the fewest candidates.
+    With ``rng`` the candidate digits are tried in random order (used to build random grids).
+    """
+    g = [int(v) for v in grid]
+    rows, cols, boxes = [0] * 9, [0] * 9, [0] * 9
+    blanks = []
+    for i, v in enumerate(g):
+        if v:
+            bit = 1 << (v - 1)
+            r, c, b = _ROW[i], _COL[i], _BOX[i]
+            if (rows[r] | cols[c] | boxes[b]) & bit:
+                return 0, []  # the givens already clash
+            rows[r] |= bit; cols[c] |= bit; boxes[b] |= bit
+        else:
+            blanks.append(i)
+    rc = [(int(_ROW[i]), int(_COL[i]), int(_BOX[i])) for i in range(81)]
+    found: list[list[int]] = []
+
+    def solve(todo: list[int]) -> bool:  # returns True once `limit` solutions are found
+        if not todo:
+            found.append(list(g))
+            return len(found) >= limit
+        best, best_mask, best_n = -1, 0, 10
+        for j, i in enumerate(todo):
+            r, c, b = rc[i]
+            m = _FULL & ~(rows[r] | cols[c] | boxes[b])
+            n = bin(m).count("1")
+            if n < best_n:
+                best, best_mask, best_n = j, m, n
+                if n <= 1:
+                    break
+        if best_n == 0:
+            return False
+        i = todo[best]
+        rest = todo[:best] + todo[best + 1:]
+        r, c, b = rc[i]
+        digits = [d for d in range(1, 10) if best_mask >> (d - 1) & 1]
+        if rng is not None:
+            rng.shuffle(digits)
+        for d in digits:
+            bit = 1 << (d - 1)
+            g[i] = d
+            rows[r] |= bit; cols[c] |= bit; boxes[b] |= bit
+            stop = solve(rest)
+            rows[r] ^= bit; cols[c] ^= bit; boxes[b] ^= bit
+            g[i] = 0
+            if stop:
+                return True
+        return False
+
+    solve(blanks)
+    return len(found), found
+
+
+def is_valid_solution(grid) -> bool:
+    """True iff ``grid`` (81 digits 1..9) has distinct digits in every row, column and box."""
+    g = np.asarray(grid).reshape(9, 9)
+    if g.min() < 1 or g.max() > 9:
+        return False
+    boxes = g.reshape(3, 3, 3, 3).transpose(0, 2, 1, 3).reshape(9, 9)
+    return all(len(set(u.tolist())) == 9 for m in (g, g.T, boxes) for u in m)
+
+
+# -- generation -------------------------------------------------------------------------------
+def _random_full_grid(rng: np.random.Generator) -> np.ndarray:
+    n, sols = count_solutions([0] * 81, limit=1, rng=rng)
+    assert n == 1
+    return np.asarray(sols[0], dtype=np.int64)
+
+
+def _random_symmetry(grids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Apply an independent random validity-preserving transformation to each grid ``(N, 9, 9)``."""
+    n = grids.shape[0]
+
+    def perm_in_blocks() -> np.ndarray:  # (n, 9): permute blocks of 3, then within each block
+        blocks = np.argsort(rng.random((n, 3)), axis=1)
+        inner = np.argsort(rng.random((n, 3, 3)), axis=2)
+        return (blocks[:, :, None] * 3 + np.take_along_axis(inner, blocks[:, :, None].repeat(3, 2), 1)).reshape(n, 9)
+
+    rows, cols = perm_in_blocks(), perm_in_blocks()
+    ar = np.arange(n)[:, None, None]
+    out = grids[ar, rows[:, :, None], cols[:, None, :]]
+    flip = rng.random(n) < 0.5
+    out[flip] = out[flip].transpose(0, 2, 1)
+    relabel = np.concatenate([np.zeros((n, 1), np.int64), 1 + np.argsort(rng.random((n, 9)), axis=1)], axis=1)
+    return np.take_along_axis(relabel, out.reshape(n, 81), 1).reshape(n, 9, 9)
+
+
+def generate(n: int, n_missing: int = 10, seed: int = 0, satnet: bool = False, pool: int = 64) -> SudokuData:
+    """``n`` puzzles with a unique solution each.
+
+    Args:
+        n: number of puzzles.
+        n_missing: blank cells per puzzle (ignored when ``satnet``), 1..64.
+        seed: everything is a function of the seed.
+        satnet: draw the number of givens uniformly from 31..42 (SATNet's distribution).
+        pool: number of backtracking-built base grids the symmetries are applied to.
+    """
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    if not satnet and not (1 <= n_missing <= 64):
+        raise ValueError(f"n_missing must be in 1..64 (a unique 9x9 Sudoku needs >= 17 givens), got {n_missing!r}")
+    rng = np.random.default_rng(seed)
+    bases = np.stack([_random_full_grid(rng) for _ in range(pool)]).reshape(pool, 9, 9)
+    sol = _random_symmetry(bases[rng.integers(0, pool, n)], rng).reshape(n, 81)
+    holes = 81 - rng.integers(31, 43, n) if satnet else np.full(n, n_missing)
+    puzzles = sol.copy()
+    for k in range(n):
+        blank = rng.permutation(81)[: holes[k]]
+        p = puzzles[k]
+        p[blank] = 0
+        while True:
+            count, found = count_solutions(p, limit=2)
+            assert count >= 1, "a puzzle made from a valid grid always has a solution"
+            if count == 1:
+                break
+            a, b = np.asarray(found[0]), np.asarray(found[1])
+            differ = np.flatnonzero((a != b) & (p == 0))
+            i = differ[rng.integers(len(differ))]
+            p[i] = sol[k, i]  # restore one cell the two solutions disagree on
+    return SudokuData(torch.as_tensor(puzzles), torch.as_tensor(sol))
+
+
+# -- files --------------------------------------------------------------------------------------
+def default_data_dir() -> Path:
+    """``pseudosl.cache.cache_dir() / "sudoku"`` (env ``PSEUDOSL_CACHE``, default ``~/.cache/pseudosl``)."""
+    from pseudosl import cache_dir
+    return Path(cache_dir()) / "sudoku"
+
+
+def load_or_generate(n: int, n_missing: int, seed: int, satnet: bool = False,
+                     data_dir: str | Path | None = None) -> SudokuData:
+    """:func:`generate`, cached as ``<data_dir>/gen-<hash>.pt`` (never inside the repository by default)."""
+    key = f"v1-n{n}-m{n_missing}-s{seed}-satnet{int(satnet)}"
+    path = Path(data_dir or default_data_dir()) / f"gen-{hashlib.sha1(key.encode()).hexdigest()[:12]}.pt"
+    if path.exists():
+        d = torch.load(path, weights_only=True)
+        if d.get("key") == key:
+            return SudokuData(d["puzzles"], d["solutions"])
+    data = generate(n, n_missing, seed, satnet)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    torch.save({"key": key, "puzzles": data.puzzles, "solutions": data.solutions}, tmp)
+    os.replace(tmp, path)
+    return data
+
+
+def _onehot_to_digits(t: Tensor, name: str, path: Path, allow_blank: bool) -> Tensor:
+    if not isinstance(t, Tensor):
+        raise ValueError(f"{path}: expected a tensor in {name}, got {type(t).__name__}")
+    if t.dim() == 2 and t.shape[1] == 729:
+        t = t.reshape(-1, 81, 9)
+    elif t.dim() == 4 and tuple(t.shape[1:]) == (9, 9, 9):
+        t = t.reshape(-1, 81, 9)
+    else:
+        raise ValueError(f"{path}: {name} must have shape (N, 9, 9, 9) or (N, 729) (one-hot, digit last); "
+                         f"got {tuple(t.shape)}")
+    t = t.float()
+    s = t.sum(-1)
+    bad_values = ~((t == 0) | (t == 1)).all(-1)
+    bad_sum = (s > 1) | ((s == 0) if not allow_blank else torch.zeros_like(s, dtype=torch.bool))
+    bad = bad_values | bad_sum
+    if bad.any():
+        row, cell = (int(v) for v in bad.nonzero()[0])
+        want = "at most one 1" if allow_blank else "exactly one 1"
+        raise ValueError(f"{path}: {name} row {row}, cell {cell} is not one-hot ({want} expected, "
+                         f"got {t[row, cell].tolist()})")
+    return torch.where(s > 0, t.argmax(-1) + 1, torch.zeros_like(s, dtype=torch.long)).long()
+
+
+def load_satnet(directory: str | Path) -> SudokuData:
+    """SATNet's ``features.pt`` (givens, all-zero rows = blanks) and ``labels.pt`` (solutions).
+
+    Both hold one-hot tensors with the digit last, ``(N, 9, 9, 9)`` as SATNet ships them,
+    or flattened ``(N, 729)``.
+    """
+    directory = Path(directory)
+    tensors = {}
+    for name in ("features.pt", "labels.pt"):
+        path = directory / name
+        if not path.exists():
+            raise FileNotFoundError(f"{path} not found (SATNet layout: features.pt and labels.pt in one folder)")
+        try:
+            tensors[name] = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - any unpickling problem is a bad file
+            raise ValueError(f"{path} is not a torch tensor file ({type(e).__name__}: {e})") from None
+    puzzles = _onehot_to_digits(tensors["features.pt"], "features.pt", directory / "features.pt", True)
+    solutions = _onehot_to_digits(tensors["labels.pt"], "labels.pt", directory / "labels.pt", False)
+    return _checked(SudokuData(puzzles, solutions), directory)
+
+
+def save_satnet(data: SudokuData, directory: str | Path) -> None:
+    """Write ``features.pt`` / ``labels.pt`` in SATNet's ``(N, 9, 9, 9)`` one-hot layout."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    eye = torch.cat([torch.zeros(1, 9), torch.eye(9)])
+    torch.save(eye[data.puzzles].reshape(-1, 9, 9, 9), directory / "features.pt")
+    torch.save(eye[data.solutions].reshape(-1, 9, 9, 9), directory / "labels.pt")
+
+
+def load_csv(path: str | Path) -> SudokuData:
+    """A CSV with columns ``quiz,solution``: 81-character strings, ``0`` or ``.`` for blanks; header optional."""
+    path = Path(path)
+    puzzles, solutions = [], []
+    with open(path, newline="") as f:
+        for lineno, row in enumerate(csv.reader(f), start=1):
+            if not row or all(not c.strip() for c in row):
+                continue
+            if lineno == 1 and not row[0].strip().replace(".", "0").isdigit():
+                continue  # header
+            if len(row) < 2:
+                raise ValueError(f"{path}, row {lineno}: expected two columns quiz,solution; got {row!r}")
+            q, s = row[0].strip().replace(".", "0"), row[1].strip()
+            for name, text, lo in (("quiz", q, "0"), ("solution", s, "1")):
+                if len(text) != 81 or not all(lo <= ch <= "9" for ch in text):
+                    raise ValueError(f"{path}, row {lineno}: {name} must be 81 digits "
+                                     f"({'0 or . for blanks' if name == 'quiz' else '1-9'}); got {text[:90]!r}")
+            puzzles.append([int(ch) for ch in q])
+            solutions.append([int(ch) for ch in s])
+    if not puzzles:
+        raise ValueError(f"{path}: no puzzles found")
+    return _checked(SudokuData(torch.tensor(puzzles), torch.tensor(solutions)), path)
+
+
+def save_csv(data: SudokuData, path: str | Path) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["quiz", "solution"])
+        for p, s in zip(data.puzzles.tolist(), data.solutions.tolist()):
+            w.writerow(["".join(map(str, p)), "".join(map(str, s))])
+
+
+def _checked(data: SudokuData, source) -> SudokuData:
+    """Reject solutions that break a rule or contradict their givens, naming the row."""
+    given = data.puzzles > 0
+    clash = (given & (data.puzzles != data.solutions)).any(1)
+    for i in range(len(data)):
+        if clash[i]:
+            raise ValueError(f"{source}: row {i}: the solution contradicts a given digit")
+        if not is_valid_solution(data.solutions[i].numpy()):
+            raise ValueError(f"{source}: row {i}: the solution repeats a digit in a row, column or box")
+    return data

@@ -1,0 +1,90 @@
+"""The four Sudoku models of the paper's Table 1 (two networks; the losses differ).
+
+* ``ConvNet``: non-autoregressive; all 81 cells at once from the puzzle one-hot
+  ``(B, 10, 9, 9)`` (channel 0 = blank, channels 1..9 = digits) -> logits ``(B, 81, 9)``.
+  Residual 3x3 convolutions, then a linear layer over the flattened feature map so
+  every cell sees the whole board.  ConvNet + SL adds the semantic loss on these logits.
+* ``SudokuRNN``: :class:`pseudosl.RecurrentDecoder` (Elman RNN, tanh, hidden 128,
+  5 layers, dropout 0.2) that writes the 81 digits in row-major order.  It is conditioned
+  on the puzzle twice:
+
+  - context: the flattened puzzle one-hot ``(B, 810)`` -> initial hidden state of every layer;
+  - step input ``t``: one-hot of the previous digit (9, as in the paper) concatenated with
+    the puzzle one-hot of cell ``t`` (10: blank or given digit).
+
+  The paper states input size 9; the 10 extra step inputs are our addition: without them
+  the RNN must recall the given digit of cell ``t`` from an initial state 81 steps back,
+  which a 128-unit Elman RNN does poorly, so it would spend its capacity on copying.
+  RNN + PSL adds the pseudo-semantic loss around a sample from the model.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pseudosl.psl import RecurrentDecoder
+
+__all__ = ["ConvNet", "SudokuRNN", "puzzle_one_hot", "build_model"]
+
+
+def puzzle_one_hot(puzzles: Tensor) -> Tensor:
+    """``(B, 81)`` digits with 0 = blank -> ``(B, 81, 10)`` float one-hot."""
+    return F.one_hot(puzzles, 10).float()
+
+
+class ConvNet(nn.Module):
+    def __init__(self, channels: int = 64, layers: int = 6) -> None:
+        super().__init__()
+        self.inp = nn.Conv2d(10, channels, 3, padding=1)
+        self.blocks = nn.ModuleList(nn.Conv2d(channels, channels, 3, padding=1) for _ in range(layers))
+        self.norms = nn.ModuleList(nn.BatchNorm2d(channels) for _ in range(layers))
+        self.squeeze = nn.Conv2d(channels, 16, 1)
+        self.head = nn.Linear(16 * 81, 81 * 9)
+        self.local = nn.Conv2d(channels, 9, 1)  # per-cell path, so copying a given is easy
+
+    def forward(self, puzzles: Tensor) -> Tensor:
+        x = puzzle_one_hot(puzzles).transpose(1, 2).reshape(-1, 10, 9, 9)  # (B, 10, 9, 9)
+        h = F.relu(self.inp(x))
+        for conv, norm in zip(self.blocks, self.norms):
+            h = h + F.relu(norm(conv(h)))                                     # (B, C, 9, 9)
+        glob = self.head(F.relu(self.squeeze(h)).flatten(1)).view(-1, 81, 9)
+        local = self.local(h).flatten(2).transpose(1, 2)                     # (B, 81, 9)
+        return glob + local                                                  # logits (B, 81, 9)
+
+
+class SudokuRNN(nn.Module):
+    def __init__(self, hidden: int = 128, layers: int = 5, dropout: float = 0.2, cell: str = "rnn") -> None:
+        super().__init__()
+        self.decoder = RecurrentDecoder(n_values=9, length=81, hidden_size=hidden, num_layers=layers, cell=cell,
+                                        nonlinearity="tanh", dropout=dropout, context_dim=810, step_dim=10)
+
+    @staticmethod
+    def conditioning(puzzles: Tensor) -> tuple[Tensor, Tensor]:
+        oh = puzzle_one_hot(puzzles)              # (B, 81, 10)
+        return oh.flatten(1), oh                  # context (B, 810), step_inputs (B, 81, 10)
+
+    def forward(self, puzzles: Tensor, solutions: Tensor) -> Tensor:
+        """Teacher-forced logits ``(B, 81, 9)`` for the digits ``solutions`` (1..9)."""
+        ctx, steps = self.conditioning(puzzles)
+        return self.decoder.step_logits(solutions - 1, context=ctx, step_inputs=steps)
+
+    @torch.no_grad()
+    def generate(self, puzzles: Tensor, greedy: bool = True) -> Tensor:
+        """Digits ``(B, 81)`` (1..9), greedy by default."""
+        ctx, steps = self.conditioning(puzzles)
+        return self.decoder.sample(context=ctx, step_inputs=steps, greedy=greedy) + 1
+
+    def engine(self, puzzles: Tensor):
+        ctx, steps = self.conditioning(puzzles)
+        return self.decoder.engine(ctx, steps)
+
+
+def build_model(name: str, cfg) -> nn.Module:
+    """``convnet`` / ``convnet_sl`` -> :class:`ConvNet`; ``rnn`` / ``rnn_psl`` -> :class:`SudokuRNN`."""
+    if name in ("convnet", "convnet_sl"):
+        return ConvNet(cfg.conv_channels, cfg.conv_layers)
+    if name in ("rnn", "rnn_psl"):
+        return SudokuRNN(cfg.rnn_hidden, cfg.rnn_layers, cfg.rnn_dropout)
+    raise ValueError(f"unknown model {name!r}; choose from convnet, convnet_sl, rnn, rnn_psl")
