@@ -23,7 +23,6 @@ elements only it uses are one sum-of-products row).
 from __future__ import annotations
 
 import hashlib
-import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 

@@ -20,9 +20,9 @@ from typing import Sequence
 
 from .cache import cached_circuit
 from .circuit import Circuit
-from .logic.automaton import DFA, _int, automaton_dag, forbidden_words_dfa
+from .logic.automaton import DFA, automaton_dag, forbidden_words_dfa
 from .logic.cnf import cnf_formula, normalize_clauses, parse_dimacs
-from .logic.errors import UnsatisfiableError
+from .logic.errors import UnsatisfiableError, check_int
 from .logic.formula import Formula
 from .logic.sddcompile import VTREE_TYPES, compile_with_pysdd
 
@@ -120,7 +120,7 @@ def compile_automaton(dfa: DFA, n_positions: int, *, cache: bool = True) -> Circ
     """
     if not isinstance(dfa, DFA):
         raise TypeError(f"dfa must be a pseudosl.logic.automaton.DFA, got {type(dfa).__name__}")
-    n_positions = _int("n_positions", n_positions, low=1)
+    n_positions = check_int("n_positions", n_positions, low=1)
     return cached_circuit(("automaton", dfa.key(), n_positions),
                           lambda: Circuit(automaton_dag(dfa, n_positions)), enabled=cache)
 

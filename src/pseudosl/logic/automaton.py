@@ -31,6 +31,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .dag import CircuitBuilder, Dag
+from .errors import check_int
 
 __all__ = ["DFA", "automaton_dag", "automaton_node", "forbidden_words_dfa"]
 
@@ -54,10 +55,10 @@ class DFA:
     delta: np.ndarray
 
     def __post_init__(self) -> None:
-        n_states = _int("n_states", self.n_states, low=1)
-        n_values = _int("n_values", self.n_values, low=2,
+        n_states = check_int("n_states", self.n_states, low=1)
+        n_values = check_int("n_values", self.n_values, low=2,
                         fix=" (a circuit variable needs >= 2 values; add an unused catch-all value)")
-        start = _int("start", self.start, low=0)
+        start = check_int("start", self.start, low=0)
         if start >= n_states:
             raise ValueError(f"start state {start} is out of range 0..{n_states - 1}")
         try:
@@ -95,21 +96,21 @@ class DFA:
         Example:
             >>> even_ones = DFA.from_transitions(2, 2, 0, {0}, [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 0)])
         """
-        n_states = _int("n_states", n_states, low=1)
-        n_values = _int("n_values", n_values, low=2)
+        n_states = check_int("n_states", n_states, low=1)
+        n_values = check_int("n_values", n_values, low=2)
         delta = np.full((n_states, n_values), -1, dtype=np.int64)
         for i, triple in enumerate(transitions):
             try:
                 src, values, dst = triple
             except (TypeError, ValueError):
                 raise ValueError(f"transition {i} must be a triple (src, values, dst), got {triple!r}") from None
-            src, dst = _int(f"transition {i} src", src, 0), _int(f"transition {i} dst", dst, 0)
+            src, dst = check_int(f"transition {i} src", src, 0), check_int(f"transition {i} dst", dst, 0)
             for name, s in (("src", src), ("dst", dst)):
                 if s >= n_states:
                     raise ValueError(f"transition {i}: {name} state {s} is out of range 0..{n_states - 1}")
             vals = [values] if isinstance(values, (int, np.integer)) else list(values)
             for c in vals:
-                c = _int(f"transition {i} value", c, 0)
+                c = check_int(f"transition {i} value", c, 0)
                 if c >= n_values:
                     raise ValueError(f"transition {i}: value {c} is out of range 0..{n_values - 1}")
                 if delta[src, c] not in (-1, dst):
@@ -165,7 +166,7 @@ def automaton_node(b: CircuitBuilder, dfa: DFA, positions: Sequence[int] | None 
 
 def automaton_dag(dfa: DFA, n_positions: int) -> Dag:
     """The circuit over ``n_positions`` variables with ``dfa.n_values`` values: "``dfa`` accepts ``y``"."""
-    n_positions = _int("n_positions", n_positions, low=1)
+    n_positions = check_int("n_positions", n_positions, low=1)
     b = CircuitBuilder(n_positions, dfa.n_values)
     return b.build([automaton_node(b, dfa)])
 
@@ -187,7 +188,7 @@ def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int) -> DFA:
         words: non-empty sequences of ints in ``0 .. n_values-1``.
         n_values: alphabet size ``>= 2``.
     """
-    n_values = _int("n_values", n_values, low=2)
+    n_values = check_int("n_values", n_values, low=2)
     goto: list[dict[int, int]] = [{}]
     terminal = [False]
     for i, w in enumerate(words):
@@ -196,7 +197,7 @@ def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int) -> DFA:
             raise ValueError(f"forbidden word {i} is empty; an empty word occurs in every sequence")
         s = 0
         for c in w:
-            c = _int(f"forbidden word {i} value", c, 0)
+            c = check_int(f"forbidden word {i} value", c, 0)
             if c >= n_values:
                 raise ValueError(f"forbidden word {i} = {w} has value {c} outside 0..{n_values - 1}")
             if c not in goto[s]:
@@ -232,15 +233,3 @@ def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int) -> DFA:
     remap = np.array([new.get(s, dead) for s in range(n)], dtype=np.int64)
     table = np.vstack([remap[delta[alive]], np.full((1, n_values), dead)])
     return DFA(dead + 1, n_values, 0, frozenset(range(dead)), table)
-
-
-def _int(name: str, value: object, low: int, fix: str = "") -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got the bool {value!r}")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
-    if v < low:
-        raise ValueError(f"{name} must be >= {low}, got {v}{fix}")
-    return v

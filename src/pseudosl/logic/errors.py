@@ -1,8 +1,10 @@
-"""Errors raised by the compilation front-ends (no torch)."""
+"""Errors raised by the compilation front-ends, and the one integer check they share (no torch)."""
 
 from __future__ import annotations
 
-__all__ = ["DimacsFormatError", "UnsatisfiableError"]
+import operator
+
+__all__ = ["DimacsFormatError", "UnsatisfiableError", "check_int"]
 
 
 class UnsatisfiableError(ValueError):
@@ -11,3 +13,16 @@ class UnsatisfiableError(ValueError):
 
 class DimacsFormatError(ValueError):
     """A malformed or truncated DIMACS CNF file; the message names ``file:line``."""
+
+
+def check_int(name: str, value: object, low: int, fix: str = "") -> int:
+    """``value`` as an ``int >= low``; ``TypeError`` / ``ValueError`` naming ``name``, the value and ``fix``."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got the bool {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
+    if v < low:
+        raise ValueError(f"{name} must be >= {low}, got {v}{fix}")
+    return v

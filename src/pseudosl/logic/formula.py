@@ -20,7 +20,8 @@ Example:
 
 from __future__ import annotations
 
-import operator
+
+from .errors import check_int
 from typing import Iterable, Sequence
 
 __all__ = ["Formula", "Var", "Const", "And", "Or", "Not", "implies", "iff", "true", "false", "variables"]
@@ -94,14 +95,7 @@ class Var(Formula):
     __slots__ = ("index",)
 
     def __init__(self, index: int) -> None:
-        if isinstance(index, bool):
-            raise TypeError(f"Var index must be an int, got the bool {index!r}")
-        try:
-            i = operator.index(index)
-        except TypeError:
-            raise TypeError(f"Var index must be an int, got {type(index).__name__} {index!r}") from None
-        if i < 0:
-            raise ValueError(f"Var index must be >= 0 (variables are 0-based), got {i}")
+        i = check_int("Var index", index, 0, " (variables are 0-based)")
         object.__setattr__(self, "index", i)
 
     def key(self) -> tuple:
