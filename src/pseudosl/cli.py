@@ -21,8 +21,8 @@ def _add_sudoku(sub: argparse._SubParsersAction) -> None:
                            description="Train every model for every seed. Settings: --config/--preset TOML, "
                                        "then the flags below override.")
     src = t.add_mutually_exclusive_group()
-    src.add_argument("--config", help="TOML file of SudokuConfig fields (e.g. configs/sudoku_paper.toml)")
-    src.add_argument("--preset", help="configs/sudoku_<NAME>.toml: quick, cpu or paper")
+    src.add_argument("--config", help="TOML file of SudokuConfig fields (start from a copy of a preset, see docs/sudoku.md)")
+    src.add_argument("--preset", help="a shipped preset: quick, cpu or paper")
     src.add_argument("--quick", action="store_true",
                      help="= --preset quick: all four models, small data, minutes on a CPU")
     t.add_argument("--models", nargs="+", help="subset of convnet convnet_sl rnn rnn_psl")

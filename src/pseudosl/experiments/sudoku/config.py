@@ -1,6 +1,6 @@
 """The Sudoku experiment's configuration: one dataclass, read from TOML, overridden by flags.
 
-Presets are TOML files in ``configs/`` (``sudoku_quick.toml``, ``sudoku_cpu.toml``,
+Presets are TOML files shipped in ``presets/`` beside this module (``quick.toml``, ``cpu.toml``,
 ``sudoku_paper.toml``); every key is a field of :class:`SudokuConfig`.  The config is saved
 inside every checkpoint and in ``results.json``.
 """
@@ -64,14 +64,16 @@ class SudokuConfig:
         return dataclasses.asdict(self)
 
 
+PRESETS = Path(__file__).resolve().parent / "presets"
+
+
 def preset_path(name: str) -> Path:
-    """``configs/sudoku_<name>.toml`` of the source checkout."""
-    for parent in Path(__file__).resolve().parents:
-        p = parent / "configs" / f"sudoku_{name}.toml"
-        if p.exists():
-            return p
-    raise ValueError(f"no preset {name!r}: configs/sudoku_{name}.toml not found above {Path(__file__).parent} "
-                     "(pass --config FILE instead)")
+    """The preset ``<name>.toml`` shipped in the package (``pseudosl/experiments/sudoku/presets/``)."""
+    p = PRESETS / f"{name}.toml"
+    if not p.exists():
+        known = ", ".join(sorted(f.stem for f in PRESETS.glob("*.toml")))
+        raise ValueError(f"no preset {name!r}; known presets: {known} (or pass --config FILE)")
+    return p
 
 
 def load_config(path: str | Path | None = None, **overrides) -> SudokuConfig:
