@@ -95,8 +95,8 @@ def test_loss_errors_name_the_problem():
         constraint_log_prob(circuit, torch.zeros(1, 3, 3), torch.ones(1, 3, 2, dtype=torch.bool))
 
 
-@given(seed=st.integers(0, 10**6), negate=st.booleans())
-def test_several_roots_count_unit_constraints_once(seed, negate):
+@given(seed=st.integers(0, 10**6), negate=st.booleans(), condition=st.booleans())
+def test_several_roots_count_unit_constraints_once(seed, negate, condition):
     from pseudosl.losses import product_log_prob
     n, k = 3, 3
     circuit, preds = random_circuit(seed, n, k, n_roots=3)
@@ -109,21 +109,21 @@ def test_several_roots_count_unit_constraints_once(seed, negate):
     for b in range(2):
         in_allowed = allowed[b].numpy()[range(n), ys].all(1)
         log_allowed = oracle.log_wmc(in_allowed, lp[b:b + 1])[0]
-        total = log_allowed
+        total = log_allowed * 0 if condition else log_allowed
         for p in preds:
             truth = oracle.truth_of(p, n, k)
             event = in_allowed & (~truth if negate else truth)
             total = total + oracle.log_wmc(event, lp[b:b + 1])[0] - log_allowed
         expect.append(total)
     expect = torch.stack(expect)
-    got = product_log_prob(circuit, lp, allowed, negate=negate)
+    got = product_log_prob(circuit, lp, allowed, negate=negate, condition=condition)
     finite = torch.isfinite(expect)
     if negate:  # log(1 - p) for p = 1 up to rounding bottoms out near -37 in float64 (documented)
         finite &= expect > -30
         got = torch.where(got < -30, torch.full_like(got, float("-inf")), got)
     assert torch.equal(finite, torch.isfinite(got))
     assert torch.allclose(got[finite], expect[finite], atol=1e-8)
-    loss = semantic_loss(circuit, logits, "none", allowed) if not negate else -got
+    loss = semantic_loss(circuit, logits, "none", allowed, condition=condition) if not negate else -got
     if not negate:
         assert torch.allclose(loss[finite], -expect[finite], atol=1e-8)
     if finite.any():

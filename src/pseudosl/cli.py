@@ -42,6 +42,8 @@ def _add_sudoku(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--psl-weight", type=float, dest="psl_weight", help="paper grid: 0.01, 0.05")
     t.add_argument("--psl-examples", type=int, dest="psl_examples",
                    help="compute the PSL on the first m examples of each batch (cost control)")
+    t.add_argument("--condition-on-givens", action="store_const", const=True, dest="condition_on_givens",
+                   help="SL/PSL condition on the givens instead of conjoining them (drops -log P(givens))")
     t.add_argument("--threads", type=int, help="torch threads (1 is fastest on a busy 2-core CPU)")
     t.add_argument("--out", help="output folder (default runs/sudoku)")
     t.add_argument("--resume", action="store_true", help="continue from <out>/<model>-seed<seed>/checkpoint.pt")
@@ -57,7 +59,7 @@ def _sudoku_train(args: argparse.Namespace) -> None:
     from .experiments.sudoku.train import main as train_main
     path = args.config or (preset_path("quick") if args.quick else preset_path(args.preset) if args.preset else None)
     keys = ("models", "seeds", "epochs", "batch_size", "lr", "n_train", "n_test", "n_missing", "satnet_dist",
-            "data", "data_dir", "sl_weight", "psl_weight", "psl_examples", "threads", "out")
+            "data", "data_dir", "sl_weight", "psl_weight", "psl_examples", "condition_on_givens", "threads", "out")
     cfg = load_config(path, **{k: getattr(args, k) for k in keys})
     train_main(cfg, resume=args.resume)
 

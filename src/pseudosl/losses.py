@@ -67,8 +67,12 @@ def constraint_log_prob(circuit: Circuit, log_probs: Tensor, allowed: Tensor | N
 
 
 def product_log_prob(circuit: Circuit, log_probs: Tensor, allowed: Tensor | None = None, *,
-                     negate: bool = False) -> Tensor:
+                     negate: bool = False, condition: bool = False) -> Tensor:
     """``(B,)`` ``log P(allowed) + sum_r log P(alpha_r | allowed)`` for normalised log-probabilities.
+
+    With ``condition=True`` the unit constraints are conditioned on instead of conjoined: the
+    ``log P(allowed)`` term is dropped, leaving ``sum_r log P(alpha_r | allowed)`` (e.g. "the
+    Sudoku groups hold given the givens", without also rewarding the givens themselves).
 
     With ``negate=True`` every root is replaced by its negation: ``log P(allowed) + sum_r log(1 - P(alpha_r | allowed))``,
     computed stably with ``log1mexp`` (the same as compiling ``not alpha_r``, up to rounding: where
@@ -81,19 +85,19 @@ def product_log_prob(circuit: Circuit, log_probs: Tensor, allowed: Tensor | None
     lp = circuit.log_prob(apply_allowed(x, allowed))
     lp = lp.unsqueeze(-1) if lp.dim() == 1 else lp  # (B, R)
     if allowed is None and not negate:
-        return lp.sum(-1)
+        return lp.sum(-1)  # P(allowed) = 1: conditioning changes nothing
     log_allowed = apply_allowed(x, allowed).logsumexp(-1).sum(-1) if allowed is not None else lp.new_zeros(len(lp))
     impossible = torch.isneginf(log_allowed)
     safe_allowed = log_allowed.masked_fill(impossible, 0.0).unsqueeze(-1)
     cond = (lp - safe_allowed).clamp(max=0.0)  # log P(alpha_r | allowed), rounding kept <= 0
     if negate:
         cond = _log1mexp(cond)
-    out = safe_allowed.squeeze(-1) + cond.sum(-1)
+    out = cond.sum(-1) if condition else safe_allowed.squeeze(-1) + cond.sum(-1)
     return out.masked_fill(impossible, float("-inf"))
 
 
 def semantic_loss(circuit: Circuit, logits: Tensor, reduction: Reduction = "mean",
-                  allowed: Tensor | None = None) -> Tensor:
+                  allowed: Tensor | None = None, *, condition: bool = False) -> Tensor:
     """The semantic loss ``-log P(alpha)`` of fully-factorized outputs given by ``logits``.
 
     Args:
@@ -103,6 +107,7 @@ def semantic_loss(circuit: Circuit, logits: Tensor, reduction: Reduction = "mean
         reduction: ``"mean"`` (default) or ``"sum"`` over the batch of per-example losses, or ``"none"`` (``(B,)``).
         allowed: optional ``(B, n, k)`` bool mask of per-example unit constraints conjoined with ``alpha``.
             Several roots are combined by :func:`product_log_prob` (unit constraints counted once).
+        condition: condition on ``allowed`` instead of conjoining it (see :func:`product_log_prob`).
 
     Example:
         >>> import torch, pseudosl
@@ -110,7 +115,8 @@ def semantic_loss(circuit: Circuit, logits: Tensor, reduction: Reduction = "mean
         >>> pseudosl.semantic_loss(c, torch.zeros(1, 3))        # -log(1 - 1/8)
         tensor(0.1335)
     """
-    return reduce_loss(-product_log_prob(circuit, log_probs_from_logits(circuit, logits), allowed), reduction)
+    lp = product_log_prob(circuit, log_probs_from_logits(circuit, logits), allowed, condition=condition)
+    return reduce_loss(-lp, reduction)
 
 
 def constraint_entropy(circuit: Circuit, logits: Tensor, allowed: Tensor | None = None) -> Tensor:

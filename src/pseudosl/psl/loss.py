@@ -79,7 +79,8 @@ def sample_satisfies(circuit: Circuit, values: Tensor, allowed: Tensor | None = 
 
 def pseudo_semantic_loss(model: Any, circuit: Circuit, sample: Tensor, reduction: Reduction = "mean", *,
                          allowed: Tensor | None = None, return_diagnostics: bool = False,
-                         negate: bool = False, **kw: Any) -> Tensor | tuple[Tensor, PSLDiagnostics]:
+                         negate: bool = False, condition: bool = False,
+                         **kw: Any) -> Tensor | tuple[Tensor, PSLDiagnostics]:
     """The pseudo-semantic loss ``-log p~_y(alpha)`` of the model around ``sample``.
 
     Args:
@@ -97,6 +98,7 @@ def pseudo_semantic_loss(model: Any, circuit: Circuit, sample: Tensor, reduction
         allowed: optional ``(B, n, k)`` bool unit constraints conjoined with ``alpha``.
         return_diagnostics: also return a :class:`PSLDiagnostics`.
         negate: minimise ``p~(alpha)`` instead: ``L = -log(1 - p~(alpha))`` (see module docs).
+        condition: condition on ``allowed`` instead of conjoining it: ``L = -sum_r log p~(alpha_r | allowed)``.
         **kw: forwarded to the conditionals (``chunk_size``, ``candidates``, ``n_values`` ...).
 
     Example:
@@ -109,7 +111,7 @@ def pseudo_semantic_loss(model: Any, circuit: Circuit, sample: Tensor, reduction
         >>> loss.backward()
     """
     cond = conditionals_of(model, sample, **kw)  # (B, n, k)
-    per_example = -product_log_prob(circuit, cond, allowed, negate=negate)  # (B,), unit constraints counted once
+    per_example = -product_log_prob(circuit, cond, allowed, negate=negate, condition=condition)  # (B,)
     loss = reduce_loss(per_example, reduction)
     if not return_diagnostics:
         return loss

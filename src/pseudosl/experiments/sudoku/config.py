@@ -37,6 +37,7 @@ class SudokuConfig:
     sl_weight: float = 0.05              # ConvNet + SL
     psl_weight: float = 0.05             # RNN + PSL (paper grid {0.01, 0.05})
     psl_examples: int | None = None      # PSL on the first m examples of each batch (None = all)
+    condition_on_givens: bool = False    # SL/PSL = -sum_g log P(group g | givens) (no -log P(givens) term)
     # models
     conv_channels: int = 64
     conv_layers: int = 6

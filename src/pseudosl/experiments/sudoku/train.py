@@ -79,7 +79,8 @@ class Objective(nn.Module):
         parts = {"ce": ce.item()}
         loss = ce
         if self.name == "convnet_sl":
-            sl = pseudosl.semantic_loss(self.circuit, logits, allowed=givens_mask(puzzles))
+            sl = pseudosl.semantic_loss(self.circuit, logits, allowed=givens_mask(puzzles),
+                                        condition=self.cfg.condition_on_givens)
             loss = loss + self.cfg.sl_weight * sl
             parts["sl"] = sl.item()
         elif self.name == "rnn_psl":
@@ -90,7 +91,7 @@ class Objective(nn.Module):
             # the pseudo-semantic loss: the semantic loss of the local conditionals p(y_i | y_-i, x),
             # (m, 81, 9), computed by the prefix-reusing recurrent engine; circuit values are digits - 1
             psl = pseudosl.pseudo_semantic_loss(self.model.engine(p), self.circuit, sample - 1,
-                                                allowed=givens_mask(p))
+                                                allowed=givens_mask(p), condition=self.cfg.condition_on_givens)
             loss = loss + self.cfg.psl_weight * psl
             parts["psl"] = psl.item()
         return loss, parts
