@@ -44,6 +44,8 @@ def _add_sudoku(sub: argparse._SubParsersAction) -> None:
                    help="compute the PSL on the first m examples of each batch (cost control)")
     t.add_argument("--condition-on-givens", action="store_const", const=True, dest="condition_on_givens",
                    help="SL/PSL condition on the givens instead of conjoining them (drops -log P(givens))")
+    t.add_argument("--constraint-start-epoch", type=int, dest="constraint_start_epoch",
+                   help="apply the SL/PSL from this epoch on (1-based); earlier epochs train on cross-entropy only")
     t.add_argument("--threads", type=int, help="torch threads (1 is fastest on a busy 2-core CPU)")
     t.add_argument("--out", help="output folder (default runs/sudoku)")
     t.add_argument("--resume", action="store_true", help="continue from <out>/<model>-seed<seed>/checkpoint.pt")
@@ -59,7 +61,7 @@ def _sudoku_train(args: argparse.Namespace) -> None:
     from .experiments.sudoku.train import main as train_main
     path = args.config or (preset_path("quick") if args.quick else preset_path(args.preset) if args.preset else None)
     keys = ("models", "seeds", "epochs", "batch_size", "lr", "n_train", "n_test", "n_missing", "satnet_dist",
-            "data", "data_dir", "sl_weight", "psl_weight", "psl_examples", "condition_on_givens", "threads", "out")
+            "data", "data_dir", "sl_weight", "psl_weight", "psl_examples", "condition_on_givens", "constraint_start_epoch", "threads", "out")
     cfg = load_config(path, **{k: getattr(args, k) for k in keys})
     train_main(cfg, resume=args.resume)
 

@@ -38,6 +38,7 @@ class SudokuConfig:
     psl_weight: float = 0.05             # RNN + PSL (paper grid {0.01, 0.05})
     psl_examples: int | None = None      # PSL on the first m examples of each batch (None = all)
     condition_on_givens: bool = False    # SL/PSL = -sum_g log P(group g | givens) (no -log P(givens) term)
+    constraint_start_epoch: int = 1      # SL/PSL from this epoch on (1-based; later = a cross-entropy warm-up)
     # models
     conv_channels: int = 64
     conv_layers: int = 6
@@ -53,7 +54,7 @@ class SudokuConfig:
         bad = [m for m in self.models if m not in MODELS]
         if bad:
             raise ValueError(f"models: unknown {bad}; choose from {', '.join(MODELS)}")
-        for name in ("n_train", "n_test", "epochs", "batch_size"):
+        for name in ("n_train", "n_test", "epochs", "batch_size", "constraint_start_epoch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.psl_examples is not None and self.psl_examples < 1:

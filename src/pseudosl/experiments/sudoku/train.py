@@ -69,7 +69,7 @@ class Objective(nn.Module):
         self.model, self.name, self.cfg = model, name, cfg
         self.circuit = sudoku_circuit() if name in ("convnet_sl", "rnn_psl") else None
 
-    def forward(self, puzzles: Tensor, solutions: Tensor) -> tuple[Tensor, dict[str, float]]:
+    def forward(self, puzzles: Tensor, solutions: Tensor, constrained: bool = True) -> tuple[Tensor, dict[str, float]]:
         target = solutions - 1                                            # classes 0..8, (B, 81)
         if isinstance(self.model, SudokuRNN):
             logits = self.model(puzzles, solutions)                       # teacher forcing, (B, 81, 9)
@@ -78,6 +78,8 @@ class Objective(nn.Module):
         ce = F.cross_entropy(logits.reshape(-1, 9), target.reshape(-1))
         parts = {"ce": ce.item()}
         loss = ce
+        if not constrained:  # warm-up epochs before cfg.constraint_start_epoch: cross-entropy only
+            return loss, parts
         if self.name == "convnet_sl":
             sl = pseudosl.semantic_loss(self.circuit, logits, allowed=givens_mask(puzzles),
                                         condition=self.cfg.condition_on_givens)
@@ -176,8 +178,9 @@ def train_run(cfg: SudokuConfig, name: str, seed: int, train: SudokuData, test: 
         total, count = 0.0, 0
         bar = tqdm(loader, desc=f"{name} s{seed} ep {epoch + 1}/{cfg.epochs}", leave=False,
                    disable=not accelerator.is_main_process)
+        constrained = epoch + 1 >= cfg.constraint_start_epoch  # SL/PSL warm-up
         for puzzles, solutions in bar:
-            loss, parts = objective(puzzles, solutions)
+            loss, parts = objective(puzzles, solutions, constrained=constrained)
             optimizer.zero_grad(set_to_none=True)
             accelerator.backward(loss)
             optimizer.step()
