@@ -96,3 +96,18 @@ def test_presets_parse_and_bad_config(tmp_path):
         load_config(tmp_path / "bad.toml")
     with pytest.raises(ValueError, match="unknown \\['mlp'\\]"):
         SudokuConfig(models=["mlp"])
+
+
+def test_constraint_warm_up_trains_cross_entropy_only(tmp_path):
+    """With the PSL starting after the last epoch, RNN + PSL trains exactly like the RNN."""
+    acc = Accelerator()
+    cfg = _tiny(tmp_path, constraint_start_epoch=3)  # epochs=2: never constrained
+    train, test = load_data(cfg)
+    train_run(cfg, "rnn", 0, train, test, acc)
+    train_run(cfg, "rnn_psl", 0, train, test, acc)
+    a = torch.load(tmp_path / "out" / "rnn-seed0" / "checkpoint.pt", weights_only=False)
+    b = torch.load(tmp_path / "out" / "rnn_psl-seed0" / "checkpoint.pt", weights_only=False)
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    with pytest.raises(ValueError, match="constraint_start_epoch"):
+        _tiny(tmp_path, constraint_start_epoch=0)
