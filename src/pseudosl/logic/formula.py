@@ -20,14 +20,15 @@ Example:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from typing import Iterable, Sequence
 
 from .errors import check_int
-from typing import Iterable, Sequence
 
 __all__ = ["Formula", "Var", "Const", "And", "Or", "Not", "implies", "iff", "true", "false", "variables"]
 
 
-class Formula:
+class Formula(ABC):
     """Base class of formula nodes: supports ``&``, ``|``, ``~``, ``implies``, ``iff``."""
 
     __slots__ = ("_hash",)
@@ -62,17 +63,17 @@ class Formula:
                         "(not the Python keywords and/or/not), or call .evaluate(assignment)")
 
     # -- structure ----------------------------------------------------------------------------
+    @abstractmethod
     def key(self) -> tuple:
         """A canonical nested-tuple form (used for equality, hashing and the compile cache)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def max_var(self) -> int:
         """Largest variable index mentioned, ``-1`` if none."""
-        raise NotImplementedError
 
+    @abstractmethod
     def evaluate(self, assignment: Sequence[int]) -> bool:
         """Truth value under ``assignment[i]`` in {0, 1} (or bool) for ``Var(i)``."""
-        raise NotImplementedError
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Formula) and hash(self) == hash(other) and self.key() == other.key()
