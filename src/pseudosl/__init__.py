@@ -1,18 +1,26 @@
 """pseudosl: semantic and pseudo-semantic losses for neural networks with logical constraints."""
 
-from .circuit import Circuit
-from .logic import CircuitBuilder, CircuitError, Dag
-from .losses import constraint_entropy, constraint_log_prob, semantic_loss
 from . import constraints
 from .cache import cache_dir, cached_circuit
+from .circuit import Circuit
 from .compile import compile_automaton, compile_cnf, compile_formula, no_forbidden_words
+from .logic import CircuitBuilder, CircuitError, Dag
 from .logic.automaton import DFA, forbidden_words_dfa
 from .logic.cnf import parse_dimacs
 from .logic.errors import DimacsFormatError, UnsatisfiableError
 from .logic.formula import And, Not, Or, Var, false, iff, implies, true, variables
 from .logic.sdd import SddFormatError
-from .psl import (CausalLMEngine, PSLDiagnostics, RecurrentDecoder, RecurrentEngine, ValueMap, local_conditionals,
-                  pseudo_semantic_loss, sample_autoregressive)
+from .losses import constraint_entropy, constraint_log_prob, semantic_loss
+from .psl import (
+                  CausalLMEngine,
+                  PSLDiagnostics,
+                  RecurrentDecoder,
+                  RecurrentEngine,
+                  ValueMap,
+                  local_conditionals,
+                  pseudo_semantic_loss,
+                  sample_autoregressive,
+)
 
 __all__ = [
     "CausalLMEngine",

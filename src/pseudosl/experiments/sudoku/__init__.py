@@ -6,7 +6,15 @@
 
 from .config import MODELS, SudokuConfig, load_config
 from .constraint import givens_mask, is_consistent, sudoku_circuit, sudoku_groups
-from .data import SudokuData, count_solutions, generate, load_csv, load_satnet, save_csv, save_satnet
+from .data import (
+           SudokuData,
+           count_solutions,
+           generate,
+           load_csv,
+           load_satnet,
+           save_csv,
+           save_satnet,
+)
 
 __all__ = ["MODELS", "SudokuConfig", "load_config", "givens_mask", "is_consistent", "sudoku_circuit",
            "sudoku_groups", "SudokuData", "count_solutions", "generate", "load_csv",

@@ -8,9 +8,10 @@ inside every checkpoint and in ``results.json``.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 __all__ = ["SudokuConfig", "MODELS", "load_config", "preset_path"]
 

@@ -28,9 +28,9 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 from tqdm.auto import tqdm
 
-from .config import MODELS, SudokuConfig
 import pseudosl
 
+from .config import MODELS, SudokuConfig
 from .constraint import givens_mask, is_consistent, sudoku_circuit
 from .data import SudokuData, load_csv, load_or_generate, load_satnet
 from .models import SudokuRNN, build_model
