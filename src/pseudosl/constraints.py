@@ -24,10 +24,10 @@ Example:
 
 from __future__ import annotations
 
-import operator
 from typing import TYPE_CHECKING, Sequence
 
 from .logic.dag import CircuitBuilder
+from .logic.errors import as_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from .circuit import Circuit
@@ -65,7 +65,7 @@ def all_different(b: CircuitBuilder, positions: Sequence[int], values: Sequence[
     ``sum_i C(|values|, i)`` states (512 for 9 positions over 9 values, e.g. a Sudoku row).
     """
     positions = _variables(b, positions, "all_different")
-    vals = list(range(b.n_values)) if values is None else sorted({_index("value", c) for c in values})
+    vals = list(range(b.n_values)) if values is None else sorted({as_int("value", c) for c in values})
     bad = [c for c in vals if not 0 <= c < b.n_values]
     if bad:
         raise ValueError(f"all_different: value {bad[0]} is out of range 0..{b.n_values - 1}")
@@ -138,7 +138,7 @@ def _count(b: CircuitBuilder, variables: Sequence[int], k: int, *, at_most: bool
         raise ValueError(f"{name} counts Boolean variables but the builder has n_values={b.n_values}; "
                          f"use a CircuitBuilder(n_vars, 2)")
     vs = _variables(b, variables, name)
-    k = _index("k", k)
+    k = as_int("k", k)
     if k < 0:
         raise ValueError(f"{name}: k must be >= 0, got {k}")
     n = len(vs)
@@ -157,7 +157,7 @@ def _count(b: CircuitBuilder, variables: Sequence[int], k: int, *, at_most: bool
 def _variables(b: CircuitBuilder, variables: Sequence[int], name: str) -> list[int]:
     if isinstance(variables, (str, bytes)) or not isinstance(variables, Sequence):
         raise TypeError(f"{name}: variables must be a sequence of ints, got {type(variables).__name__}")
-    vs = [_index("variable", v) for v in variables]
+    vs = [as_int("variable", v) for v in variables]
     if len(set(vs)) != len(vs):
         dup = next(v for v in vs if vs.count(v) > 1)
         raise ValueError(f"{name}: variable {dup} is listed twice; the variables must be distinct")
@@ -165,12 +165,3 @@ def _variables(b: CircuitBuilder, variables: Sequence[int], name: str) -> list[i
     if bad:
         raise ValueError(f"{name}: variable {bad[0]} is out of range 0..{b.n_vars - 1}")
     return vs
-
-
-def _index(name: str, v: object) -> int:
-    if isinstance(v, bool):
-        raise TypeError(f"{name} must be an int, got the bool {v!r}")
-    try:
-        return operator.index(v)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}") from None

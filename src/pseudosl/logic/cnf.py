@@ -16,11 +16,10 @@ Example:
 
 from __future__ import annotations
 
-import operator
 from pathlib import Path
 from typing import Sequence
 
-from .errors import DimacsFormatError
+from .errors import DimacsFormatError, as_int
 from .formula import And, Formula, Not, Or, Var
 
 __all__ = ["DimacsFormatError", "parse_dimacs", "normalize_clauses", "cnf_formula"]
@@ -110,12 +109,7 @@ def normalize_clauses(clauses: Sequence[Sequence[int]], n_vars: int | None = Non
             raise TypeError(f"clause {i} must be a list of nonzero ints, got {type(clause).__name__} {clause!r}")
         lits = []
         for lit in clause:
-            if isinstance(lit, bool):
-                raise TypeError(f"clause {i} contains the bool {lit!r}; literals are nonzero ints (+i / -i)")
-            try:
-                lit = operator.index(lit)
-            except TypeError:
-                raise TypeError(f"clause {i} contains {type(lit).__name__} {lit!r}; literals are nonzero ints") from None
+            lit = as_int(f"clause {i} literal", lit)
             if lit == 0:
                 raise ValueError(f"clause {i} contains 0; literals are nonzero (DIMACS variables are 1-based, "
                                  f"and the terminating 0 is not part of a clause list)")
