@@ -1,80 +1,117 @@
-"""The ``pseudosl`` command line: one subcommand per experiment (``pseudosl sudoku train|eval``).
+"""The ``pseudosl`` command line: ``pseudosl <experiment> train|eval``.
 
-An experiment adds itself with a ``_add_<name>(subparsers)`` function that registers its
-parser and sets ``func``; :func:`main` dispatches.
+Every experiment registers itself in :data:`EXPERIMENTS` (its name, a one-line help, and where to
+import its :class:`~pseudosl.experiments.harness.Experiment` and presets).  The ``train`` flags are
+made from the experiment's config dataclass, one per field (``n_train`` -> ``--n-train``), so a flag
+and a TOML key are checked by the same code.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
 import sys
+import types
+import typing
+from pathlib import Path
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "EXPERIMENTS"]
+
+# name -> (help, module with the Experiment subclass and PRESETS, class name, config module)
+EXPERIMENTS: dict[str, tuple[str, str, str, str]] = {
+    "sudoku": ("Sudoku as autoregressive generation (paper Table 1)", "pseudosl.experiments.sudoku.train",
+               "SudokuExperiment", "pseudosl.experiments.sudoku.config"),
+}
+_NOT_FLAGS = {"preset"}  # set by --preset/--quick
 
 
-def _add_sudoku(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sudoku", help="Sudoku as autoregressive generation (paper Table 1)",
-                       description="Sudoku: ConvNet / ConvNet+SL / RNN / RNN+PSL. See docs/sudoku.md.")
+def _flag_type(t: typing.Any) -> tuple[typing.Any, bool]:
+    """(element type, is_list) of a config annotation, ``X | None`` unwrapped."""
+    if typing.get_origin(t) in (typing.Union, types.UnionType):
+        t = next(a for a in typing.get_args(t) if a is not type(None))
+    if typing.get_origin(t) is list:
+        return typing.get_args(t)[0], True
+    return t, False
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> list[str]:
+    """One flag per field of the config dataclass ``cls``; returns the field names."""
+    hints = typing.get_type_hints(cls)
+    names = []
+    for f in dataclasses.fields(cls):
+        if f.name in _NOT_FLAGS:
+            continue
+        t, is_list = _flag_type(hints[f.name])
+        flag = "--" + f.name.replace("_", "-")
+        meta = f.metadata
+        bits = [meta.get("help", "")]
+        if meta.get("min") is not None or meta.get("max") is not None:
+            bits.append(f"range {meta.get('min', '')}..{meta.get('max') if meta.get('max') is not None else ''}")
+        if meta.get("choices"):
+            bits.append("one of " + ", ".join(map(str, meta["choices"])))
+        help_ = "; ".join(b for b in bits if b) or None
+        if t is bool:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+        else:
+            parser.add_argument(flag, dest=f.name, type=t, nargs="+" if is_list else None, default=None, help=help_,
+                                metavar=f.name.upper())
+        names.append(f.name)
+    return names
+
+
+def _experiment(name: str):
+    _, module, cls, _ = EXPERIMENTS[name]
+    return getattr(importlib.import_module(module), cls)()
+
+
+def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
+    help_, _, _, config_module = EXPERIMENTS[name]
+    cfg_mod = importlib.import_module(config_module)
+    cls = next(v for v in vars(cfg_mod).values() if isinstance(v, type) and v.__module__ == config_module
+               and dataclasses.is_dataclass(v))
+    presets = sorted(p.stem for p in Path(cfg_mod.PRESETS).glob("*.toml"))
+    p = sub.add_parser(name, help=help_, description=f"{help_}. See docs/{name}.md.")
     actions = p.add_subparsers(dest="action", required=True, metavar="{train,eval}")
 
     t = actions.add_parser("train", help="train the models and write results, table and figures",
-                           description="Train every model for every seed. Settings: --config/--preset TOML, "
-                                       "then the flags below override.")
+                           description="Train every model for every seed. Settings: --config/--preset TOML, then "
+                                       "the flags below override. Outputs go to --out, by default "
+                                       f"runs/{name}/<preset>-<config key>/.")
     src = t.add_mutually_exclusive_group()
-    src.add_argument("--config", help="TOML file of SudokuConfig fields (start from a copy of a preset, see docs/sudoku.md)")
-    src.add_argument("--preset", help="a shipped preset: quick, cpu or paper")
-    src.add_argument("--quick", action="store_true",
-                     help="= --preset quick: all four models, small data, minutes on a CPU")
-    t.add_argument("--models", nargs="+", help="subset of convnet convnet_sl rnn rnn_psl")
-    t.add_argument("--seeds", nargs="+", type=int, help="model seeds (mean ± std over them)")
-    t.add_argument("--epochs", type=int)
-    t.add_argument("--batch-size", type=int, dest="batch_size")
-    t.add_argument("--lr", type=float)
-    t.add_argument("--n-train", type=int, dest="n_train")
-    t.add_argument("--n-test", type=int, dest="n_test")
-    t.add_argument("--n-missing", type=int, dest="n_missing", help="blank cells per generated puzzle (paper: 10)")
-    t.add_argument("--satnet-dist", action="store_const", const=True, dest="satnet_dist",
-                   help="generate with 31..42 givens (SATNet's distribution)")
-    t.add_argument("--data", help="generate (default), satnet:<dir with features.pt, labels.pt> or csv:<file>")
-    t.add_argument("--data-dir", dest="data_dir", help="cache folder for generated puzzles "
-                   "(default $PSEUDOSL_CACHE/sudoku or ~/.cache/pseudosl/sudoku)")
-    t.add_argument("--sl-weight", type=float, dest="sl_weight")
-    t.add_argument("--psl-weight", type=float, dest="psl_weight", help="paper grid: 0.01, 0.05")
-    t.add_argument("--psl-examples", type=int, dest="psl_examples",
-                   help="compute the PSL on the first m examples of each batch (cost control)")
-    t.add_argument("--condition-on-givens", action="store_const", const=True, dest="condition_on_givens",
-                   help="SL/PSL condition on the givens instead of conjoining them (drops -log P(givens))")
-    t.add_argument("--constraint-start-epoch", type=int, dest="constraint_start_epoch",
-                   help="apply the SL/PSL from this epoch on (1-based); earlier epochs train on cross-entropy only")
-    t.add_argument("--threads", type=int, help="torch threads (1 is fastest on a busy 2-core CPU)")
-    t.add_argument("--out", help="output folder (default runs/sudoku)")
-    t.add_argument("--resume", action="store_true", help="continue from <out>/<model>-seed<seed>/checkpoint.pt")
-    t.set_defaults(func=_sudoku_train)
+    src.add_argument("--config", help="TOML file of config fields (start from a copy of a preset)")
+    src.add_argument("--preset", help=f"a shipped preset: {', '.join(presets)}")
+    src.add_argument("--quick", action="store_true", help="= --preset quick: every model, small data, minutes on a CPU")
+    mode = t.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="continue the checkpoints in the run folder")
+    mode.add_argument("--overwrite", action="store_true", help="replace the checkpoints in the run folder")
+    t.set_defaults(func=_train, experiment_name=name, fields=add_config_flags(t, cls), cfg_module=cfg_mod)
 
-    e = actions.add_parser("eval", help="re-evaluate the checkpoints under --out and print the table")
-    e.add_argument("--out", default="runs/sudoku")
-    e.set_defaults(func=_sudoku_eval)
+    e = actions.add_parser("eval", help="re-evaluate the checkpoints under a folder; one table per config")
+    e.add_argument("--out", default=f"runs/{name}", help=f"folder searched recursively (default runs/{name})")
+    e.set_defaults(func=_eval, experiment_name=name)
 
 
-def _sudoku_train(args: argparse.Namespace) -> None:
-    from .experiments.sudoku.config import load_config, preset_path
-    from .experiments.sudoku.train import main as train_main
-    path = args.config or (preset_path("quick") if args.quick else preset_path(args.preset) if args.preset else None)
-    keys = ("models", "seeds", "epochs", "batch_size", "lr", "n_train", "n_test", "n_missing", "satnet_dist",
-            "data", "data_dir", "sl_weight", "psl_weight", "psl_examples", "condition_on_givens", "constraint_start_epoch", "threads", "out")
-    cfg = load_config(path, **{k: getattr(args, k) for k in keys})
-    train_main(cfg, resume=args.resume)
+def _train(args: argparse.Namespace) -> None:
+    from .experiments.config import load_config
+    from .experiments.harness import train
+    exp = _experiment(args.experiment_name)
+    m = args.cfg_module
+    path = args.config or (m.preset_path("quick") if args.quick else m.preset_path(args.preset) if args.preset else None)
+    cfg = load_config(exp.config_class, path, **{k: getattr(args, k) for k in args.fields})
+    train(exp, cfg, resume=args.resume, overwrite=args.overwrite)
 
 
-def _sudoku_eval(args: argparse.Namespace) -> None:
-    from .experiments.sudoku.train import evaluate_checkpoints
-    evaluate_checkpoints(args.out)
+def _eval(args: argparse.Namespace) -> None:
+    from .experiments.harness import evaluate_checkpoints
+    evaluate_checkpoints(_experiment(args.experiment_name), args.out)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pseudosl", description="Semantic and pseudo-semantic losses: experiments")
-    sub = parser.add_subparsers(dest="experiment", required=True, metavar="{sudoku}")
-    _add_sudoku(sub)
+    sub = parser.add_subparsers(dest="experiment", required=True, metavar="{" + ",".join(EXPERIMENTS) + "}")
+    for name in EXPERIMENTS:
+        _add_experiment(sub, name)
     return parser
 
 

@@ -125,8 +125,13 @@ class RecurrentDecoder(nn.Module):
     @torch.no_grad()
     def sample(self, context: Tensor | None = None, step_inputs: Tensor | None = None, *,
                batch_size: int | None = None, temperature: float = 1.0, top_p: float | None = None,
-               greedy: bool = False, generator: torch.Generator | None = None) -> Tensor:
-        """Ancestral sampling: ``(B, n)`` detached long (in the module's current train/eval mode)."""
+               greedy: bool = False, generator: torch.Generator | None = None,
+               fixed: Tensor | None = None) -> Tensor:
+        """Ancestral sampling: ``(B, n)`` detached long (in the module's current train/eval mode).
+
+        ``fixed`` ``(B, n)`` clamps positions to known values (``-1`` = free): a fixed position is
+        not sampled and the following steps condition on its value, as a solver keeps its givens.
+        """
         if context is not None:
             batch = context.shape[0]
         elif step_inputs is not None:
@@ -142,6 +147,8 @@ class RecurrentDecoder(nn.Module):
             h, state = self.rnn(self._with_steps(prev, step_inputs, t), state)
             y_t = sample_from_logits(self.head(h[:, 0]), temperature=temperature, top_p=top_p, greedy=greedy,
                                      generator=generator).to(prev.device)
+            if fixed is not None:
+                y_t = torch.where(fixed[:, t] >= 0, fixed[:, t], y_t)
             out.append(y_t)
             prev = F.one_hot(y_t, self.n_values).to(prev.dtype)[:, None]
         return torch.stack(out, dim=1)

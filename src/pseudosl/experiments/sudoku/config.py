@@ -1,97 +1,63 @@
-"""The Sudoku experiment's configuration: one dataclass, read from TOML, overridden by flags.
+"""The Sudoku experiment's configuration: :class:`SudokuConfig`, read from TOML, overridden by flags.
 
 Presets are TOML files shipped in ``presets/`` beside this module (``quick.toml``, ``cpu.toml``,
-``sudoku_paper.toml``); every key is a field of :class:`SudokuConfig`.  The config is saved
-inside every checkpoint and in ``results.json``.
+``paper.toml``); every key is a field of :class:`SudokuConfig`, checked by type and range before
+any work starts (see :mod:`pseudosl.experiments.config`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-import tomllib
+from ..config import ConfigError, RunConfig, spec
+from ..config import load_config as _load_config
+from ..config import preset_path as _preset_path
 
-__all__ = ["SudokuConfig", "MODELS", "load_config", "preset_path"]
+__all__ = ["SudokuConfig", "MODELS", "load_config", "preset_path", "PRESETS"]
 
 MODELS = ("convnet", "convnet_sl", "rnn", "rnn_psl")
+PRESETS = Path(__file__).resolve().parent / "presets"
 
 
 @dataclass
-class SudokuConfig:
-    preset: str = "custom"
-    models: list[str] = field(default_factory=lambda: list(MODELS))
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+class SudokuConfig(RunConfig):
+    MODELS: ClassVar[tuple[str, ...]] = MODELS
     # data: "generate" (our generator), "satnet:<dir>" (features.pt/labels.pt) or "csv:<file>"
-    data: str = "generate"
-    data_dir: str | None = None          # generator cache; default pseudosl.cache.cache_dir()/sudoku
-    n_train: int = 9000
-    n_test: int = 1000
-    n_missing: int = 10                  # blank cells per generated puzzle (paper: 10)
-    satnet_dist: bool = False            # generate with 31..42 givens instead of n_missing
-    data_seed: int = 1234                # the data set is the same for every model seed
+    data: str = spec("generate", help="generate, satnet:<dir with features.pt, labels.pt> or csv:<file>")
+    data_dir: str | None = spec(None, help="generator cache; default pseudosl.cache.cache_dir()/sudoku")
+    n_train: int = spec(9000, min=1)
+    n_test: int = spec(1000, min=1)
+    n_val: int = spec(0, min=0, help="validation puzzles (after the test ones) for model selection; 0 = none")
+    n_missing: int = spec(10, min=1, max=64, help="blank cells per generated puzzle (paper: 10)")
+    satnet_dist: bool = spec(False, help="generate with 31..42 givens (SATNet's distribution) instead of n_missing")
+    data_seed: int = spec(1234, min=0, help="seed of the generated data set (the same for every model seed)")
     # optimisation (paper: Adam, lr 3e-4)
-    epochs: int = 50
-    batch_size: int = 64
-    lr: float = 3e-4
-    sl_weight: float = 0.05              # ConvNet + SL
-    psl_weight: float = 0.05             # RNN + PSL (paper grid {0.01, 0.05})
-    psl_examples: int | None = None      # PSL on the first m examples of each batch (None = all)
-    condition_on_givens: bool = False    # SL/PSL = -sum_g log P(group g | givens) (no -log P(givens) term)
-    constraint_start_epoch: int = 1      # SL/PSL from this epoch on (1-based; later = a cross-entropy warm-up)
+    epochs: int = spec(50, min=1)
+    lr: float = spec(3e-4, min=0.0)
+    sl_weight: float = spec(0.05, min=0.0, help="ConvNet + SL: weight of the semantic loss")
+    psl_weight: float = spec(0.05, min=0.0, help="RNN + PSL: weight of the pseudo-semantic loss (paper: 0.01, 0.05)")
+    psl_examples: int | None = spec(None, min=1, help="PSL on the first m examples of each batch (default: all)")
+    condition_on_givens: bool = spec(False, help="SL/PSL condition on the givens instead of conjoining them "
+                                               "(drops the -log P(givens) term)")
     # models
-    conv_channels: int = 64
-    conv_layers: int = 6
-    rnn_hidden: int = 128
-    rnn_layers: int = 5
-    rnn_dropout: float = 0.2
-    # output
-    out: str = "runs/sudoku"
-    eval_every: int = 1                  # test metrics every k epochs (for the curves)
-    threads: int | None = None           # torch.set_num_threads; 1 avoids oversubscription on a busy small CPU
+    conv_channels: int = spec(64, min=1)
+    conv_layers: int = spec(6, min=0)
+    rnn_hidden: int = spec(128, min=1)
+    rnn_layers: int = spec(5, min=1)
+    rnn_dropout: float = spec(0.2, min=0.0, max=0.99)
 
-    def __post_init__(self) -> None:
-        bad = [m for m in self.models if m not in MODELS]
-        if bad:
-            raise ValueError(f"models: unknown {bad}; choose from {', '.join(MODELS)}")
-        for name in ("n_train", "n_test", "epochs", "batch_size", "constraint_start_epoch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.psl_examples is not None and self.psl_examples < 1:
-            raise ValueError(f"psl_examples must be >= 1 or omitted (all), got {self.psl_examples}")
+    def check(self) -> None:
         if not (self.data == "generate" or self.data.startswith(("satnet:", "csv:"))):
-            raise ValueError(f"data must be 'generate', 'satnet:<dir>' or 'csv:<file>', got {self.data!r}")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-PRESETS = Path(__file__).resolve().parent / "presets"
+            raise ConfigError(f"data = {self.data!r}: expected 'generate', 'satnet:<dir>' or 'csv:<file>'")
 
 
 def preset_path(name: str) -> Path:
     """The preset ``<name>.toml`` shipped in the package (``pseudosl/experiments/sudoku/presets/``)."""
-    p = PRESETS / f"{name}.toml"
-    if not p.exists():
-        known = ", ".join(sorted(f.stem for f in PRESETS.glob("*.toml")))
-        raise ValueError(f"no preset {name!r}; known presets: {known} (or pass --config FILE)")
-    return p
+    return _preset_path(PRESETS, name)
 
 
 def load_config(path: str | Path | None = None, **overrides) -> SudokuConfig:
     """Fields from the TOML file ``path`` (if any), then ``overrides`` (``None`` values are ignored)."""
-    values: dict = {}
-    if path is not None:
-        path = Path(path)
-        try:
-            with open(path, "rb") as f:
-                values = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{path}: invalid TOML ({e})") from None
-        known = {f.name for f in dataclasses.fields(SudokuConfig)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"{path}: unknown keys {unknown}; valid keys: {', '.join(sorted(known))}")
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return SudokuConfig(**values)
+    return _load_config(SudokuConfig, path, **overrides)

@@ -72,9 +72,13 @@ class SudokuRNN(nn.Module):
 
     @torch.no_grad()
     def generate(self, puzzles: Tensor, greedy: bool = True) -> Tensor:
-        """Digits ``(B, 81)`` (1..9), greedy by default."""
+        """Digits ``(B, 81)`` (1..9), greedy by default.
+
+        The givens are kept, as a solver keeps them: a given cell is not sampled, it is written,
+        and the cells after it condition on it (``RecurrentDecoder.sample(fixed=...)``).
+        """
         ctx, steps = self.conditioning(puzzles)
-        return self.decoder.sample(context=ctx, step_inputs=steps, greedy=greedy) + 1
+        return self.decoder.sample(context=ctx, step_inputs=steps, greedy=greedy, fixed=puzzles - 1) + 1
 
     def engine(self, puzzles: Tensor):
         ctx, steps = self.conditioning(puzzles)

@@ -1,4 +1,4 @@
-"""Figures: training curves per model, and a few predicted grids with the wrong cells marked."""
+"""The Sudoku example figure: a few predicted grids per model, the wrong cells marked (curves: ``..plots``)."""
 
 from __future__ import annotations
 
@@ -10,38 +10,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-__all__ = ["plot_curves", "plot_grids"]
-
-
-def plot_curves(runs: list[dict], path: str | Path) -> None:
-    """Train loss, test Exact and test blank-cell accuracy per epoch, one line per (model, seed)."""
-    fig, (ax_loss, ax_exact, ax_blank) = plt.subplots(1, 3, figsize=(15, 4))
-    colors = {}
-    for r in runs:
-        h = r["history"]
-        c = colors.setdefault(r["model"], f"C{len(colors)}")
-        label = r["model"] if r["seed"] == min(x["seed"] for x in runs if x["model"] == r["model"]) else None
-        ax_loss.plot([e["epoch"] for e in h], [e["train_loss"] for e in h], color=c, alpha=0.8, label=label)
-        ev = [e for e in h if "test_exact" in e]
-        ax_exact.plot([e["epoch"] for e in ev], [e["test_exact"] for e in ev], color=c, alpha=0.8, label=label)
-        ax_blank.plot([e["epoch"] for e in ev], [e.get("test_blank_acc", 0) for e in ev], color=c, alpha=0.8,
-                      label=label)
-    ax_loss.set(xlabel="epoch", ylabel="train loss (CE + weight x SL/PSL)", yscale="log", title="training loss")
-    ax_exact.set(xlabel="epoch", ylabel="test exact (%)", title="test exact (greedy)")
-    ax_blank.set(xlabel="epoch", ylabel="test accuracy on blank cells (%)", title="blank cells (greedy)")
-    for ax in (ax_loss, ax_exact, ax_blank):
-        ax.legend()
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+__all__ = ["plot_grids"]
 
 
 def plot_grids(test, predictions: dict[str, Tensor], path: str | Path, labels: dict[str, str] | None = None,
                n_puzzles: int = 3) -> None:
     """Rows = models, columns = the first ``n_puzzles`` test puzzles.
 
-    Givens in black, correct predictions of blanks in bold blue, wrong cells in red on red.
+    Givens in black, correct predictions of blanks in bold blue, wrong cells in red on red
+    (a legend at the bottom says so).
     """
     models = list(predictions)
     n = min(n_puzzles, len(test))
@@ -66,6 +43,12 @@ def plot_grids(test, predictions: dict[str, Tensor], path: str | Path, labels: d
             ax.set(xlim=(0, 9), ylim=(0, 9), xticks=[], yticks=[], aspect="equal")
             n_wrong = sum(a != b for a, b in zip(p, sol))
             ax.set_title(f"{(labels or {}).get(name, name)}: {n_wrong} wrong", fontsize=8)
-    fig.tight_layout()
+    from matplotlib.patches import Patch
+    handles = [Patch(facecolor="white", edgecolor="black", label="given (black digit)"),
+               Patch(facecolor="white", edgecolor="tab:blue", label="blank filled correctly (bold blue)"),
+               Patch(facecolor="#f4a6a6", edgecolor="red", label="wrong cell (red on red)")]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.suptitle("Greedy predictions on the first test puzzles (title: wrong cells out of 81)", fontsize=9)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,0 +1,209 @@
+"""Experiment configuration shared by every experiment: one typed dataclass, checked field by field.
+
+An experiment subclasses :class:`RunConfig` and adds its fields.  Every field is checked against
+its annotation when the object is built (from TOML, flags or code), before any data is made or a
+model trained: ``lr = "0.001"``, ``epochs = true`` or ``models = "convnet"`` are named errors that
+give the field, the bad value, the expected type and the allowed range.  Ranges and choices live
+in the field's metadata (:func:`spec`); cross-field rules go in ``check()``.
+
+Presets are TOML files shipped beside each experiment (``presets/<name>.toml``); every key is a
+field.  The config is saved inside every checkpoint and in ``results.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import tomllib
+
+__all__ = ["RunConfig", "ConfigError", "spec", "load_config", "preset_path", "RUN_FREE_FIELDS"]
+
+C = TypeVar("C", bound="RunConfig")
+
+
+class ConfigError(ValueError):
+    """A config field or flag holds a value of the wrong type or out of range."""
+
+
+def spec(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
+         min: float | None = None, max: float | None = None, choices: tuple | None = None,
+         help: str = "") -> Any:
+    """A dataclass field with a checked range (``min``/``max``, inclusive) or set of ``choices``.
+
+    For list fields the range and the choices apply to every element.
+    """
+    meta = {"min": min, "max": max, "choices": choices, "help": help}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# Fields that do not change what a run computes: they are left out of the run's content key,
+# may differ on --resume, and runs that differ only in them are one row of a table.
+RUN_FREE_FIELDS = frozenset({"preset", "models", "seeds", "epochs", "out", "eval_every", "threads", "data_dir"})
+
+
+@dataclass
+class RunConfig:
+    """Fields every experiment has.  Subclass it with ``@dataclass`` and add the experiment's own."""
+
+    preset: str = "custom"
+    models: list[str] = spec(default_factory=list, help="which models to train")
+    seeds: list[int] = spec(default_factory=lambda: [0, 1, 2], min=0, help="model seeds (mean ± std over them)")
+    epochs: int = spec(10, min=1)
+    batch_size: int = spec(64, min=1)
+    lr: float = spec(3e-4, min=0.0)
+    weight_decay: float = spec(0.0, min=0.0, help="Adam(W) weight decay")
+    patience: int | None = spec(None, min=1, help="early stopping: evaluations without a better validation score")
+    constraint_start_epoch: int = spec(1, min=1, help="SL/PSL from this epoch on (1-based)")
+    eval_every: int = spec(1, min=1, help="validation/test metrics every k epochs (for the curves)")
+    out: str | None = spec(None, help="output folder (default runs/<experiment>/<preset>-<content key>)")
+    threads: int | None = spec(None, min=1, help="torch.set_num_threads")
+
+    # subclasses set this to the experiment's model names (a ClassVar, not a field)
+    MODELS: typing.ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not self.models:
+            self.models = list(self.MODELS)
+        bad = [m for m in self.models if m not in self.MODELS]
+        if bad:
+            raise ConfigError(f"models: unknown {bad}; choose from {', '.join(self.MODELS)}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds: {self.seeds} repeats a seed")
+        if not self.seeds:
+            raise ConfigError("seeds: give at least one seed")
+        if self.constraint_start_epoch > self.epochs:
+            raise ConfigError(f"constraint_start_epoch = {self.constraint_start_epoch} is past the last epoch "
+                              f"(epochs = {self.epochs}): the constrained models would train without their loss; "
+                              f"lower it or raise epochs")
+        self.check()
+
+    def check(self) -> None:
+        """Cross-field rules of a subclass (raise :class:`ConfigError`)."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def content_key(self) -> str:
+        """8 hex digits naming what the runs compute (every field but :data:`RUN_FREE_FIELDS`)."""
+        d = {k: v for k, v in self.to_dict().items() if k not in RUN_FREE_FIELDS}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:8]
+
+
+# -- field checks ----------------------------------------------------------------------------------
+def _type_name(t: Any) -> str:
+    if typing.get_origin(t) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(t))
+    if typing.get_origin(t) is list:
+        return f"a list of {_type_name(typing.get_args(t)[0])}"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+            type(None): "omitted (none)"}.get(t, getattr(t, "__name__", str(t)))
+
+
+def _coerce(value: Any, t: Any, name: str) -> Any:
+    """``value`` as type ``t`` or a :class:`ConfigError`; ints are accepted for floats, nothing else converts."""
+    origin = typing.get_origin(t)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(t)
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, name)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{name} = {value!r}: expected {_type_name(t)}")
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{name} = {value!r}: expected {_type_name(t)}, e.g. [{value!r}]")
+        (item,) = typing.get_args(t)
+        return [_coerce(v, item, f"{name}[{i}]") for i, v in enumerate(value)]
+    if t is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name} = {value!r}: expected true or false")
+        return value
+    if t is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name} = {value!r}: expected an integer")
+        return value
+    if t is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{name} = {value!r}: expected a number")
+        if not math.isfinite(value):
+            raise ConfigError(f"{name} = {value!r}: expected a finite number")
+        return float(value)
+    if t is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} = {value!r}: expected a string")
+        return value
+    raise TypeError(f"config field {name}: unsupported annotation {t!r}")  # a bug in the dataclass, not input
+
+
+def _check_range(value: Any, meta: Any, name: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_range(v, meta, f"{name}[{i}]")
+        return
+    lo, hi, choices = meta.get("min"), meta.get("max"), meta.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{name} = {value!r}: expected one of {', '.join(map(repr, choices))}")
+    if lo is not None and value < lo:
+        raise ConfigError(f"{name} = {value!r}: must be >= {lo}")
+    if hi is not None and value > hi:
+        raise ConfigError(f"{name} = {value!r}: must be <= {hi}")
+
+
+def check_fields(cfg: RunConfig) -> None:
+    """Check (and normalise: ints to floats, tuples to lists) every field of ``cfg`` in place."""
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        value = _coerce(getattr(cfg, f.name), hints[f.name], f.name)
+        _check_range(value, f.metadata, f.name)
+        setattr(cfg, f.name, value)
+
+
+# -- TOML and presets ------------------------------------------------------------------------------
+def preset_path(presets: Path, name: str) -> Path:
+    """The preset ``<presets>/<name>.toml`` shipped in the package, or a named error listing the known ones."""
+    p = presets / f"{name}.toml"
+    if not p.exists():
+        known = ", ".join(sorted(f.stem for f in presets.glob("*.toml")))
+        raise ConfigError(f"no preset {name!r}; known presets: {known} (or pass --config FILE)")
+    return p
+
+
+def load_config(cls: type[C], path: str | Path | None = None, **overrides: Any) -> C:
+    """``cls`` from the TOML file ``path`` (if any), then ``overrides`` (``None`` values are ignored)."""
+    values: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {path} not found")
+        try:
+            with open(path, "rb") as f:
+                values = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: invalid TOML ({e})") from None
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"{path}: unknown keys {unknown}; valid keys: {', '.join(sorted(known))}")
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return cls(**values)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}" if path is not None else str(e)) from None

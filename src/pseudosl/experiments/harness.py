@@ -1,0 +1,381 @@
+"""The one training harness every experiment runs through.
+
+An experiment is a subclass of :class:`Experiment`: its data, models, objective and metrics.  The
+harness owns everything else, the same for every experiment:
+
+* seeds: model ``seed`` seeds torch / numpy / random; the batch order is a function of
+  ``(seed, epoch)`` only, so a resumed run sees the same batches;
+* run folders: ``runs/<experiment>/<preset>-<content key>/<model>-seed<seed>/checkpoint.pt`` by
+  default (the key hashes every config field that changes what is computed, so two presets never
+  share a folder); training refuses to replace checkpoints unless ``resume`` or ``overwrite``;
+* checkpoints after every epoch (config, model, optimizer, RNG states, history, early-stopping
+  state) and an exact ``resume``;
+* model selection: with a validation split, the checkpoint of the best validation score
+  (``Experiment.metrics[0]``, higher is better) is the one tested; ``patience`` stops early;
+* results: ``results.json`` (config, per-run metrics and curves, mean ± std per model, the paper's
+  numbers, machine), ``table.txt``, ``curves.png`` and the experiment's example figure;
+* Accelerate: runs unchanged under ``accelerate launch``; only the main process writes files.
+
+The loop itself (:func:`train_run`) reads top to bottom.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import platform
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset, Subset
+from tqdm.auto import tqdm
+
+from .config import RUN_FREE_FIELDS, ConfigError, RunConfig
+
+__all__ = ["Experiment", "Splits", "train", "train_run", "run_folder", "evaluate_checkpoints", "summarize",
+           "format_table", "load_checkpoint", "make_accelerator", "CheckpointError"]
+
+C = TypeVar("C", bound=RunConfig)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, unreadable or from another experiment."""
+
+
+@dataclass
+class Splits:
+    """``train`` yields tuples of tensors for the objective; ``val``/``test`` are what ``evaluate`` takes."""
+
+    train: Dataset
+    val: Any | None
+    test: Any
+    description: str = ""
+
+
+class Experiment(abc.ABC, Generic[C]):
+    """What an experiment adds to the harness.  Metrics are percentages, higher is better."""
+
+    name: str                                  # folder under runs/, e.g. "sudoku"
+    config_class: type[C]
+    labels: dict[str, str]                     # model name -> table label
+    metrics: tuple[str, ...]                   # table columns; metrics[0] selects on validation
+    paper: dict[str, dict[str, float]] = {}    # model -> metric -> the paper's value
+
+    @abc.abstractmethod
+    def load_data(self, cfg: C) -> Splits: ...
+
+    @abc.abstractmethod
+    def build_model(self, name: str, cfg: C) -> nn.Module: ...
+
+    @abc.abstractmethod
+    def objective(self, model: nn.Module, name: str, cfg: C) -> nn.Module:
+        """A module whose ``forward(*batch, constrained=bool)`` returns ``(loss, parts)``.
+
+        ``parts`` maps names to detached scalars (logged in the progress bar).  Wrapping the
+        loss in a module lets ``accelerator.prepare`` (DDP) see every parameter use.
+        """
+
+    @abc.abstractmethod
+    def evaluate(self, model: nn.Module, data: Any, cfg: C, accelerator: Any) -> tuple[dict[str, float], Any]:
+        """Metrics (``metrics`` keys at least) and the predictions on ``data``; the model is in eval mode."""
+
+    def optimizer(self, model: nn.Module, cfg: C) -> torch.optim.Optimizer:
+        return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    def plot_examples(self, test: Any, predictions: dict[str, Any], path: Path) -> None:
+        """Optional figure of a few test predictions per model (the first seed of each)."""
+
+
+# -- seeds and RNG state --------------------------------------------------------------------------
+def _seed_all(seed: int) -> None:
+    torch.manual_seed(seed); np.random.seed(seed); random.seed(seed)
+
+
+def _rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def _set_rng_state(s: dict) -> None:
+    torch.set_rng_state(s["torch"])
+    np.random.set_state(s["numpy"])
+    random.setstate(s["python"])
+    if s["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def make_accelerator():
+    """An ``accelerate.Accelerator``; without a GPU a gloo CPU group under ``accelerate launch``."""
+    from accelerate import Accelerator
+    # without a GPU, Accelerator() ignores a torchrun / accelerate-launch world of several processes;
+    # cpu=True makes it a gloo MULTI_CPU group (and a plain single process otherwise)
+    return Accelerator(cpu=not torch.cuda.is_available())
+
+
+# -- folders and checkpoints ----------------------------------------------------------------------
+def run_folder(exp: Experiment, cfg: RunConfig) -> Path:
+    """``cfg.out``, or ``runs/<experiment>/<preset>-<content key>``."""
+    return Path(cfg.out) if cfg.out else Path("runs") / exp.name / f"{cfg.preset}-{cfg.content_key()}"
+
+
+def _ckpt_path(out: Path, name: str, seed: int) -> Path:
+    return out / f"{name}-seed{seed}" / "checkpoint.pt"
+
+
+def load_checkpoint(path: Path, experiment: str | None = None) -> dict:
+    """A checkpoint written by :func:`train_run`, or a :class:`CheckpointError` naming the file."""
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no checkpoint")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # truncated or foreign files raise many types (OSError, RuntimeError, pickle errors)
+        raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e}); "
+                              f"delete it or train again with --overwrite") from None
+    keys = {"config", "model_name", "seed", "epoch", "model", "optimizer", "rng", "history"}
+    if not isinstance(ckpt, dict) or not keys <= set(ckpt):
+        raise CheckpointError(f"{path}: not a pseudosl checkpoint (missing {sorted(keys - set(ckpt or {}))})")
+    if experiment is not None and ckpt.get("experiment", experiment) != experiment:
+        raise CheckpointError(f"{path}: a {ckpt['experiment']} checkpoint, not {experiment}")
+    return ckpt
+
+
+def _check_resumable(saved: dict, cfg: RunConfig, path: Path) -> None:
+    diff = {k: (saved.get(k), v) for k, v in cfg.to_dict().items() if k not in RUN_FREE_FIELDS and saved.get(k) != v}
+    if diff:
+        raise ConfigError(f"--resume: {path} was trained with a different config: "
+                          + ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
+                          + "; use the same settings, another --out, or --overwrite")
+
+
+def _prepare_folder(exp: Experiment, cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to replace checkpoints silently; ``resume`` with nothing to resume is an error."""
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite exclude each other")
+    existing = [p for name in cfg.models for seed in cfg.seeds if (p := _ckpt_path(out, name, seed)).exists()]
+    if resume and not existing:
+        raise ConfigError(f"--resume: nothing to resume under {out} (no <model>-seed<seed>/checkpoint.pt for "
+                          f"models {cfg.models}, seeds {cfg.seeds}); drop --resume to start")
+    if existing and not resume and not overwrite:
+        raise ConfigError(f"{out} already holds {len(existing)} checkpoint(s) (e.g. {existing[0]}); "
+                          f"pass --resume to continue them, --overwrite to replace them, or another --out")
+    if overwrite:
+        for p in existing:
+            shutil.rmtree(p.parent)
+
+
+# -- one model, one seed --------------------------------------------------------------------------
+def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Splits, accelerator: Any,
+              out: Path, resume: bool = False) -> dict:
+    """Train ``name`` with ``seed``; returns test metrics (of the selected checkpoint), history, predictions."""
+    ckpt_path = _ckpt_path(out, name, seed)
+    _seed_all(seed)
+    model = exp.build_model(name, cfg)
+    objective = exp.objective(model, name, cfg)
+    optimizer = exp.optimizer(model, cfg)
+    state = {"epoch": 0, "history": [], "wall_s": 0.0, "best": None, "best_epoch": 0, "best_model": None,
+             "bad_evals": 0, "stopped": False}
+    if resume and ckpt_path.exists():
+        ckpt = load_checkpoint(ckpt_path, exp.name)
+        _check_resumable(ckpt["config"], cfg, ckpt_path)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        state.update({k: ckpt[k] for k in state if k in ckpt})
+        _set_rng_state(ckpt["rng"])
+        accelerator.print(f"[{name} seed {seed}] resumed from {ckpt_path} at epoch {state['epoch']}")
+    elif resume:
+        accelerator.print(f"[{name} seed {seed}] nothing to resume at {ckpt_path}: training from scratch")
+    objective, optimizer = accelerator.prepare(objective, optimizer)
+    unwrapped = lambda: accelerator.unwrap_model(objective).model  # noqa: E731
+
+    for epoch in range(state["epoch"], cfg.epochs):
+        if state["stopped"]:
+            break
+        t0 = time.time()
+        # the batch order is a function of (seed, epoch) only, so a resumed run sees the same batches
+        order = torch.randperm(len(splits.train), generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+        loader = accelerator.prepare(DataLoader(Subset(splits.train, order.tolist()), batch_size=cfg.batch_size))
+        constrained = epoch + 1 >= cfg.constraint_start_epoch  # SL/PSL warm-up
+        objective.train()
+        total, count = torch.zeros((), device=accelerator.device), 0
+        bar = tqdm(loader, desc=f"{name} s{seed} ep {epoch + 1}/{cfg.epochs}", leave=False,
+                   disable=not accelerator.is_main_process)
+        for i, batch in enumerate(bar):
+            loss, parts = objective(*batch, constrained=constrained)
+            optimizer.zero_grad(set_to_none=True)
+            accelerator.backward(loss)
+            optimizer.step()
+            total, count = total + loss.detach(), count + 1
+            if i % 10 == 0 or i + 1 == len(loader):  # a host sync only every 10 steps
+                bar.set_postfix(loss=f"{total.item() / count:.4f}", **{k: f"{float(v):.3f}" for k, v in parts.items()})
+        record: dict[str, float] = {"epoch": epoch + 1,
+                                    "train_loss": accelerator.gather(total.reshape(1) / count).mean().item()}
+        if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
+            for split, data in (("val", splits.val), ("test", splits.test)):
+                if data is not None:
+                    record.update({f"{split}_{k}": v for k, v in _evaluate(exp, unwrapped(), data, cfg, accelerator)[0].items()})
+            if splits.val is not None:  # model selection and early stopping on the validation split
+                score = record[f"val_{exp.metrics[0]}"]
+                if state["best"] is None or score > state["best"]:
+                    state.update(best=score, best_epoch=epoch + 1, bad_evals=0,
+                                 best_model={k: v.detach().cpu().clone() for k, v in unwrapped().state_dict().items()})
+                else:
+                    state["bad_evals"] += 1
+                    state["stopped"] = cfg.patience is not None and state["bad_evals"] >= cfg.patience
+        state["wall_s"] += time.time() - t0
+        state["history"].append(record)
+        state["epoch"] = epoch + 1
+        accelerator.print(f"[{name} seed {seed}] epoch {epoch + 1}: " + ", ".join(
+            f"{k} {v:.4f}" for k, v in record.items() if k != "epoch")
+            + (f" (early stop: best val epoch {state['best_epoch']})" if state["stopped"] else ""))
+        if accelerator.is_main_process:
+            ckpt_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = ckpt_path.with_suffix(".tmp")
+            torch.save({**state, "experiment": exp.name, "config": cfg.to_dict(), "model_name": name, "seed": seed,
+                        "model": unwrapped().state_dict(), "optimizer": optimizer.state_dict(), "rng": _rng_state()},
+                       tmp)
+            tmp.replace(ckpt_path)  # atomic: an interrupted save never leaves a truncated checkpoint
+        accelerator.wait_for_everyone()
+
+    model = unwrapped()
+    if state["best_model"] is not None:  # test the checkpoint selected on the validation split
+        model.load_state_dict(state["best_model"])
+    metrics, pred = _evaluate(exp, model, splits.test, cfg, accelerator)
+    return {"model": name, "seed": seed, **metrics, "epochs_trained": state["epoch"],
+            "selected_epoch": state["best_epoch"] or state["epoch"], "history": state["history"],
+            "wall_s": state["wall_s"], "predictions": pred}
+
+
+@torch.no_grad()
+def _evaluate(exp: Experiment, model: nn.Module, data: Any, cfg: RunConfig, accelerator: Any):
+    was_training = model.training
+    model.eval()
+    try:
+        return exp.evaluate(model, data, cfg, accelerator)
+    finally:
+        model.train(was_training)
+
+
+# -- summary ----------------------------------------------------------------------------------------
+def summarize(runs: list[dict], metrics: tuple[str, ...], models: tuple[str, ...] | list[str]) -> dict[str, dict]:
+    """Mean and sample standard deviation (ddof=1; 0 for one seed) of each metric, per model."""
+    out = {}
+    for name in models:
+        rs = [r for r in runs if r["model"] == name]
+        if not rs:
+            continue
+        row: dict[str, Any] = {"seeds": [r["seed"] for r in rs]}
+        for k in metrics:
+            v = np.array([r[k] for r in rs], dtype=float)
+            row[f"{k}_mean"], row[f"{k}_std"] = float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
+        out[name] = row
+    return out
+
+
+def format_table(exp: Experiment, summary: dict, title: str) -> str:
+    """Model × metric (mean ± std over seeds), then the paper's values where it reports them."""
+    paper_cols = [m for m in exp.metrics if any(m in p for p in exp.paper.values())]
+    head = f"{'Model':<16}" + "".join(f"{m + ' %':>18}" for m in exp.metrics) + "".join(
+        f"{'paper ' + m:>16}" for m in paper_cols) + f"{'seeds':>7}"
+    lines = [title, head, "-" * len(head)]
+    for name, row in summary.items():
+        cells = "".join(f"{row[m + '_mean']:>10.2f} ± {row[m + '_std']:<5.2f}" for m in exp.metrics)
+        paper = "".join(f"{exp.paper.get(name, {}).get(m, float('nan')):>16.2f}" for m in paper_cols)
+        lines.append(f"{exp.labels.get(name, name):<16}{cells}{paper}{len(row['seeds']):>7}")
+    return "\n".join(lines)
+
+
+def _machine() -> dict:
+    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({platform.processor() or platform.machine()})"
+    return {"device": dev, "torch": torch.__version__, "python": platform.python_version(),
+            "threads": torch.get_num_threads()}
+
+
+# -- entry points -----------------------------------------------------------------------------------
+def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict:
+    """Train every model of ``cfg.models`` for every seed, then write results, table and figures."""
+    accelerator = make_accelerator()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    out = run_folder(exp, cfg)
+    _prepare_folder(exp, cfg, out, resume, overwrite)  # before any data is made
+    if accelerator.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    splits = exp.load_data(cfg)
+    accelerator.print(f"{exp.name}: {splits.description}; out: {out}")
+    runs = []
+    for name in cfg.models:
+        for seed in cfg.seeds:
+            runs.append(train_run(exp, cfg, name, seed, splits, accelerator, out, resume=resume))
+            accelerator.print(f"[{name} seed {seed}] test " + ", ".join(f"{m} {runs[-1][m]:.2f}%" for m in exp.metrics)
+                              + f" ({runs[-1]['wall_s']:.0f}s)")
+    summary = summarize(runs, exp.metrics, cfg.models)
+    result = {"experiment": exp.name, "config": cfg.to_dict(), "content_key": cfg.content_key(), "summary": summary,
+              "paper": exp.paper, "wall_s": time.time() - t0, "world_size": accelerator.num_processes,
+              "machine": _machine(), "runs": [{k: v for k, v in r.items() if k != "predictions"} for r in runs]}
+    if accelerator.is_main_process:
+        from .plots import plot_curves
+        (out / "results.json").write_text(json.dumps(result, indent=2))
+        plot_curves(result["runs"], exp.metrics, out / "curves.png", labels=exp.labels, title=f"{exp.name}, preset {cfg.preset}")
+        first: dict[str, Any] = {}
+        for r in runs:
+            first.setdefault(r["model"], r["predictions"])
+        exp.plot_examples(splits.test, first, out / "examples.png")
+        table = format_table(exp, summary, _title(exp, cfg, splits))
+        (out / "table.txt").write_text(table + "\n")
+        print(table)
+        written = ", ".join(str(p) for p in sorted(out.glob("*.*")) if p.suffix in (".json", ".png", ".txt"))
+        print(f"wrote {written} ({result['wall_s']:.0f}s in all)")
+    return result
+
+
+def _title(exp: Experiment, cfg: RunConfig, splits: Splits) -> str:
+    sel = "checkpoint selected on validation, " if splits.val is not None else ""
+    return (f"{exp.name} (test split, {sel}mean ± std over seeds; preset {cfg.preset}, "
+            f"config {cfg.content_key()}, {cfg.epochs} epochs)")
+
+
+def evaluate_checkpoints(exp: Experiment, out: str | Path) -> dict:
+    """Re-evaluate every checkpoint under ``out`` (recursively); one table per distinct config.
+
+    Runs are grouped by their config's content key and epochs, so checkpoints of different presets
+    or settings are never averaged into one row.
+    """
+    accelerator = make_accelerator()
+    paths = sorted(Path(out).rglob("checkpoint.pt"))
+    if not paths:
+        raise CheckpointError(f"no checkpoints under {out} (looked for */checkpoint.pt); train first "
+                              f"(pseudosl {exp.name} train)")
+    groups: dict[tuple, list[dict]] = {}
+    cfgs: dict[tuple, RunConfig] = {}
+    data_cache: dict[str, Splits] = {}
+    for path in paths:
+        ckpt = load_checkpoint(path, exp.name)
+        cfg = exp.config_class(**ckpt["config"])
+        key = (cfg.content_key(), ckpt["config"]["epochs"], ckpt["epoch"])
+        cfgs[key] = cfg
+        if cfg.content_key() not in data_cache:
+            data_cache[cfg.content_key()] = exp.load_data(cfg)
+        model = exp.build_model(ckpt["model_name"], cfg)
+        model.load_state_dict(ckpt.get("best_model") or ckpt["model"])
+        model = accelerator.prepare(model)
+        metrics, _ = _evaluate(exp, accelerator.unwrap_model(model), data_cache[cfg.content_key()].test, cfg, accelerator)
+        groups.setdefault(key, []).append({"model": ckpt["model_name"], "seed": ckpt["seed"], "epoch": ckpt["epoch"],
+                                           "path": str(path), **metrics})
+        accelerator.print(f"{path}: epoch {ckpt['epoch']}, " + ", ".join(f"{m} {metrics[m]:.2f}%" for m in exp.metrics))
+    tables = []
+    for key, runs in groups.items():
+        cfg = cfgs[key]
+        summary = summarize(runs, exp.metrics, exp.config_class.MODELS)
+        done = "" if key[1] == key[2] else f", stopped at epoch {key[2]} of {key[1]}"
+        title = f"{exp.name} (test split; preset {cfg.preset}, config {key[0]}{done})"
+        tables.append({"config": cfg.to_dict(), "content_key": key[0], "epoch": key[2], "summary": summary, "runs": runs})
+        accelerator.print(format_table(exp, summary, title))
+    return {"tables": tables}
