@@ -73,15 +73,21 @@ def test_bad_files_raise_clear_errors(tmp_path):
     save_csv(d, tmp_path / "ok.csv")
     lines = (tmp_path / "ok.csv").read_text().splitlines()
     (tmp_path / "short.csv").write_text("\n".join(lines[:2] + [lines[3][:-1] + ",x"]) + "\n")
-    with pytest.raises(ValueError, match=r"short.csv, row 3: .*solution"):
+    with pytest.raises(ValueError, match=r"short.csv, line 3: .*solution"):
         load_csv(tmp_path / "short.csv")
     (tmp_path / "one.csv").write_text(lines[1].split(",")[0] + "\n")
     with pytest.raises(ValueError, match="two columns"):
         load_csv(tmp_path / "one.csv")
     wrong = d.solutions.clone(); wrong[1, :2] = wrong[1, [1, 0]]
     save_csv(SudokuData(torch.where(d.puzzles > 0, wrong, 0), wrong), tmp_path / "rules.csv")
-    with pytest.raises(ValueError, match="row 1: the solution repeats"):
+    with pytest.raises(ValueError, match="rules.csv, line 3: the solution repeats"):  # the file's line, as above
         load_csv(tmp_path / "rules.csv")
+    (tmp_path / "three.csv").write_text("\n".join(lines[:2] + [lines[2] + ",extra"]) + "\n")
+    with pytest.raises(ValueError, match="three.csv, line 3: expected exactly two columns"):
+        load_csv(tmp_path / "three.csv")
+    (tmp_path / "blank.csv").write_text("\n".join(lines[:2] + ["0" * 81 + "," + lines[2].split(",")[1]]) + "\n")
+    with pytest.raises(ValueError, match="blank.csv, line 3: the quiz is all blanks"):
+        load_csv(tmp_path / "blank.csv")
     (tmp_path / "empty.csv").write_text("quiz,solution\n")
     with pytest.raises(ValueError, match="no puzzles"):
         load_csv(tmp_path / "empty.csv")
@@ -93,7 +99,7 @@ def test_bad_files_raise_clear_errors(tmp_path):
     save_satnet(d, tmp_path / "s")
     lab = torch.load(tmp_path / "s" / "labels.pt"); lab[2, 0, 0] = 0
     torch.save(lab, tmp_path / "s" / "labels.pt")
-    with pytest.raises(ValueError, match="labels.pt row 2, cell 0 is not one-hot"):
+    with pytest.raises(ValueError, match="labels.pt puzzle 2, cell 0 is not one-hot"):
         load_satnet(tmp_path / "s")
     (tmp_path / "s" / "labels.pt").write_text("not a tensor")
     with pytest.raises(ValueError, match="not a torch tensor file"):

@@ -220,7 +220,7 @@ def _onehot_to_digits(t: Tensor, name: str, path: Path, allow_blank: bool) -> Te
     if bad.any():
         row, cell = (int(v) for v in bad.nonzero()[0])
         want = "at most one 1" if allow_blank else "exactly one 1"
-        raise ValueError(f"{path}: {name} row {row}, cell {cell} is not one-hot ({want} expected, "
+        raise ValueError(f"{path}: {name} puzzle {row}, cell {cell} is not one-hot ({want} expected, "
                          f"got {t[row, cell].tolist()})")
     return torch.where(s > 0, t.argmax(-1) + 1, torch.zeros_like(s, dtype=torch.long)).long()
 
@@ -256,27 +256,36 @@ def save_satnet(data: SudokuData, directory: str | Path) -> None:
 
 
 def load_csv(path: str | Path) -> SudokuData:
-    """A CSV with columns ``quiz,solution``: 81-character strings, ``0`` or ``.`` for blanks; header optional."""
+    """A CSV with exactly the columns ``quiz,solution``: 81-character strings, ``0`` or ``.`` for blanks;
+    header optional.  Errors name the file's line number."""
     path = Path(path)
-    puzzles, solutions = [], []
+    puzzles, solutions, lines = [], [], []
     with open(path, newline="") as f:
-        for lineno, row in enumerate(csv.reader(f), start=1):
+        reader = csv.reader(f)
+        for row in reader:
+            line = reader.line_num
             if not row or all(not c.strip() for c in row):
                 continue
-            if lineno == 1 and not row[0].strip().replace(".", "0").isdigit():
-                continue  # header
-            if len(row) < 2:
-                raise ValueError(f"{path}, row {lineno}: expected two columns quiz,solution; got {row!r}")
+            if not puzzles and not lines and not row[0].strip().replace(".", "0").isdigit():
+                lines.append(line)  # header
+                continue
+            if len(row) != 2:
+                raise ValueError(f"{path}, line {line}: expected exactly two columns quiz,solution; "
+                                 f"got {len(row)}: {row!r}"[:300])
             q, s = row[0].strip().replace(".", "0"), row[1].strip()
             for name, text, lo in (("quiz", q, "0"), ("solution", s, "1")):
                 if len(text) != 81 or not all(lo <= ch <= "9" for ch in text):
-                    raise ValueError(f"{path}, row {lineno}: {name} must be 81 digits "
+                    raise ValueError(f"{path}, line {line}: {name} must be 81 digits "
                                      f"({'0 or . for blanks' if name == 'quiz' else '1-9'}); got {text[:90]!r}")
+            if set(q) == {"0"}:
+                raise ValueError(f"{path}, line {line}: the quiz is all blanks (no givens)")
             puzzles.append([int(ch) for ch in q])
             solutions.append([int(ch) for ch in s])
+            lines.append(line)
     if not puzzles:
         raise ValueError(f"{path}: no puzzles found")
-    return _checked(SudokuData(torch.tensor(puzzles), torch.tensor(solutions)), path)
+    body = lines[-len(puzzles):]
+    return _checked(SudokuData(torch.tensor(puzzles), torch.tensor(solutions)), path, [f"line {n}" for n in body])
 
 
 def save_csv(data: SudokuData, path: str | Path) -> None:
@@ -287,13 +296,15 @@ def save_csv(data: SudokuData, path: str | Path) -> None:
             w.writerow(["".join(map(str, p)), "".join(map(str, s))])
 
 
-def _checked(data: SudokuData, source) -> SudokuData:
-    """Reject solutions that break a rule or contradict their givens, naming the row."""
+def _checked(data: SudokuData, source, rows: list[str] | None = None) -> SudokuData:
+    """Reject solutions that break a rule or contradict their givens, naming the row (``rows[i]``,
+    default ``puzzle i`` counted from 0)."""
     given = data.puzzles > 0
     clash = (given & (data.puzzles != data.solutions)).any(1)
     for i in range(len(data)):
+        where = rows[i] if rows is not None else f"puzzle {i}"
         if clash[i]:
-            raise ValueError(f"{source}: row {i}: the solution contradicts a given digit")
+            raise ValueError(f"{source}, {where}: the solution contradicts a given digit")
         if not is_valid_solution(data.solutions[i].numpy()):
-            raise ValueError(f"{source}: row {i}: the solution repeats a digit in a row, column or box")
+            raise ValueError(f"{source}, {where}: the solution repeats a digit in a row, column or box")
     return data

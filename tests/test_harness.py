@@ -1,0 +1,107 @@
+"""The shared harness and the typed config: named errors before any work, run folders, resume, eval."""
+
+import json
+
+import pytest
+import torch
+
+from pseudosl.cli import main as cli_main
+from pseudosl.experiments.config import ConfigError, load_config
+from pseudosl.experiments.harness import CheckpointError, evaluate_checkpoints, load_checkpoint, run_folder
+from pseudosl.experiments.sudoku.config import SudokuConfig, preset_path
+from pseudosl.experiments.sudoku.train import SudokuExperiment
+
+TINY = ["--n-train", "16", "--n-test", "8", "--epochs", "1", "--conv-channels", "4", "--conv-layers", "1"]
+
+
+@pytest.mark.parametrize("toml, message", [
+    ('lr = "0.001"', r"lr = '0.001': expected a number"),
+    ('epochs = "three"', r"epochs = 'three': expected an integer"),
+    ("epochs = true", r"epochs = True: expected an integer"),
+    ("seeds = 0", r"seeds = 0: expected a list of an integer"),
+    ('sl_weight = "0.1"', r"sl_weight = '0.1': expected a number"),
+    ('models = "convnet"', r"models = 'convnet': expected a list of a string"),
+    ('satnet_dist = "false"', r"satnet_dist = 'false': expected true or false"),
+    ("epochs = 0", r"epochs = 0: must be >= 1"),
+    ("rnn_dropout = 1.5", r"rnn_dropout = 1.5: must be <= 0.99"),
+    ("seeds = [0, 0]", r"repeats a seed"),
+    ("seeds = [-1]", r"seeds\[0\] = -1: must be >= 0"),
+    ('models = ["mlp"]', r"models: unknown \['mlp'\]"),
+    ('data = "kaggle"', r"data = 'kaggle': expected 'generate'"),
+    ("sl_weight = nan", r"sl_weight = nan: expected a finite number"),
+    ("epochs = 3\nconstraint_start_epoch = 5", r"constraint_start_epoch = 5 is past the last epoch"),
+])
+def test_bad_toml_values_are_named(tmp_path, toml, message):
+    (tmp_path / "c.toml").write_text(toml + "\n")
+    with pytest.raises(ConfigError, match=message) as e:
+        load_config(SudokuConfig, tmp_path / "c.toml")
+    assert "c.toml" in str(e.value)
+
+
+def test_good_values_are_normalised():
+    cfg = SudokuConfig(lr=1, seeds=(3, 4))
+    assert isinstance(cfg.lr, float) and cfg.seeds == [3, 4] and cfg.models == list(SudokuConfig.MODELS)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--sl-weight", "nan"], "sl_weight = nan: expected a finite number"),
+    (["--threads", "0"], "threads = 0: must be >= 1"),
+    (["--epochs", "2", "--constraint-start-epoch", "3"], "past the last epoch"),
+    (["--models", "convnet", "mlp"], r"unknown \['mlp'\]"),
+])
+def test_bad_flags_fail_before_any_data_is_made(tmp_path, capsys, flags, message):
+    data = tmp_path / "data"
+    with pytest.raises(SystemExit) as e:
+        cli_main(["sudoku", "train", "--quick", "--data-dir", str(data), "--out", str(tmp_path / "o"), *flags])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "pseudosl: error:" in err and pytest.importorskip("re").search(message, err), err
+    assert not data.exists() and not (tmp_path / "o").exists()
+
+
+def test_presets_get_their_own_folders(monkeypatch, tmp_path):
+    exp = SudokuExperiment()
+    quick, paper = (load_config(SudokuConfig, preset_path(p)) for p in ("quick", "paper"))
+    a, b = run_folder(exp, quick), run_folder(exp, paper)
+    assert a.parts[:2] == b.parts[:2] == ("runs", "sudoku") and a != b
+    assert a.name.startswith("quick-") and b.name.startswith("paper-")
+    # fields that do not change what is computed keep the folder (so --resume finds it)
+    more = load_config(SudokuConfig, preset_path("quick"), epochs=9, seeds=[5], threads=2)
+    assert run_folder(exp, more) == a
+    assert run_folder(exp, load_config(SudokuConfig, preset_path("quick"), lr=1e-3)) != a
+
+
+def test_overwrite_resume_and_eval_grouping(tmp_path, capsys):
+    out = tmp_path / "runs"
+    base = ["sudoku", "train", "--quick", "--models", "convnet", "--data-dir", str(tmp_path / "d"), *TINY]
+    with pytest.raises(SystemExit):  # nothing to resume yet
+        cli_main([*base, "--out", str(out / "a"), "--resume"])
+    assert "nothing to resume" in capsys.readouterr().err
+    cli_main([*base, "--out", str(out / "a")])
+    with pytest.raises(SystemExit):  # refuses to replace the checkpoint
+        cli_main([*base, "--out", str(out / "a")])
+    assert "--resume to continue them, --overwrite to replace them" in capsys.readouterr().err
+    cli_main([*base, "--out", str(out / "a"), "--overwrite"])
+    cli_main([*base, "--out", str(out / "a"), "--resume", "--epochs", "2"])
+    assert load_checkpoint(out / "a" / "convnet-seed0" / "checkpoint.pt")["epoch"] == 2
+    cli_main([*base, "--out", str(out / "b"), "--lr", "0.001", "--seeds", "0", "1"])
+    capsys.readouterr()
+    res = evaluate_checkpoints(SudokuExperiment(), out)
+    assert len(res["tables"]) == 2  # two configs: never averaged into one row
+    assert sorted(len(t["runs"]) for t in res["tables"]) == [1, 2]
+    assert json.loads((out / "b" / "results.json").read_text())["summary"]["convnet"]["seeds"] == [0, 1]
+
+
+def test_bad_checkpoints_are_named(tmp_path, capsys):
+    path = tmp_path / "convnet-seed0" / "checkpoint.pt"
+    path.parent.mkdir()
+    path.write_bytes(b"\x80\x02garbage")
+    with pytest.raises(CheckpointError, match="checkpoint.pt: unreadable checkpoint"):
+        load_checkpoint(path)
+    torch.save({"model": {}}, path)
+    with pytest.raises(CheckpointError, match="not a pseudosl checkpoint"):
+        load_checkpoint(path)
+    with pytest.raises(SystemExit):
+        cli_main(["sudoku", "train", "--quick", "--models", "convnet", "--out", str(tmp_path), "--resume", *TINY,
+                  "--data-dir", str(tmp_path / "d")])
+    assert f"{path}: not a pseudosl checkpoint" in capsys.readouterr().err
