@@ -105,3 +105,17 @@ def test_bad_checkpoints_are_named(tmp_path, capsys):
         cli_main(["sudoku", "train", "--quick", "--models", "convnet", "--out", str(tmp_path), "--resume", *TINY,
                   "--data-dir", str(tmp_path / "d")])
     assert f"{path}: not a pseudosl checkpoint" in capsys.readouterr().err
+
+
+def test_parallel_jobs_give_the_same_runs(tmp_path):
+    """Runs in worker processes (--jobs) are the runs of the serial loop: same weights, same history."""
+    from pseudosl.experiments.harness import train
+    exp = SudokuExperiment()
+    kw = dict(preset="test", models=["convnet", "rnn"], seeds=[0], n_train=16, n_test=8, epochs=1, batch_size=8,
+              conv_channels=4, conv_layers=1, rnn_hidden=8, rnn_layers=1, data_dir=str(tmp_path / "d"), threads=1)
+    train(exp, SudokuConfig(**kw, out=str(tmp_path / "serial")))
+    train(exp, SudokuConfig(**kw, out=str(tmp_path / "parallel"), jobs=2))
+    for name in ("convnet", "rnn"):
+        a, b = (load_checkpoint(tmp_path / d / f"{name}-seed0" / "checkpoint.pt") for d in ("serial", "parallel"))
+        assert a["history"][0]["train_loss"] == b["history"][0]["train_loss"]
+        assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])

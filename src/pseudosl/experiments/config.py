@@ -48,7 +48,7 @@ def spec(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclass
 
 # Fields that do not change what a run computes: they are left out of the run's content key,
 # may differ on --resume, and runs that differ only in them are one row of a table.
-RUN_FREE_FIELDS = frozenset({"preset", "models", "seeds", "epochs", "out", "eval_every", "threads", "data_dir"})
+RUN_FREE_FIELDS = frozenset({"preset", "models", "seeds", "epochs", "out", "eval_every", "threads", "data_dir", "jobs"})
 
 
 @dataclass
@@ -67,6 +67,8 @@ class RunConfig:
     eval_every: int = spec(1, min=1, help="validation/test metrics every k epochs (for the curves)")
     out: str | None = spec(None, help="output folder (default runs/<experiment>/<preset>-<content key>)")
     threads: int | None = spec(None, min=1, help="torch.set_num_threads")
+    jobs: int = spec(1, min=1, help="train this many (model, seed) runs at once in worker processes "
+                                    "(they share the device; one process each)")
 
     # subclasses set this to the experiment's model names (a ClassVar, not a field)
     MODELS: typing.ClassVar[tuple[str, ...]] = ()

@@ -310,12 +310,17 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
     t0 = time.time()
     splits = exp.load_data(cfg)
     accelerator.print(f"{exp.name}: {splits.description}; out: {out}")
-    runs = []
-    for name in cfg.models:
-        for seed in cfg.seeds:
-            runs.append(train_run(exp, cfg, name, seed, splits, accelerator, out, resume=resume))
-            accelerator.print(f"[{name} seed {seed}] test " + ", ".join(f"{m} {runs[-1][m]:.2f}%" for m in exp.metrics)
-                              + f" ({runs[-1]['wall_s']:.0f}s)")
+    pairs = [(name, seed) for name in cfg.models for seed in cfg.seeds]
+    if cfg.jobs > 1 and accelerator.num_processes > 1:
+        raise ConfigError(f"jobs = {cfg.jobs} runs several trainings in worker processes; under a multi-process "
+                          f"launch ({accelerator.num_processes} processes) use jobs = 1")
+    if cfg.jobs > 1 and len(pairs) > 1:
+        runs = _train_parallel(exp, cfg, pairs, out, resume)
+    else:
+        runs = [train_run(exp, cfg, name, seed, splits, accelerator, out, resume=resume) for name, seed in pairs]
+    for r in runs:
+        accelerator.print(f"[{r['model']} seed {r['seed']}] test " + ", ".join(f"{m} {r[m]:.2f}%" for m in exp.metrics)
+                          + f" ({r['wall_s']:.0f}s)")
     summary = summarize(runs, exp.metrics, cfg.models)
     result = {"experiment": exp.name, "config": cfg.to_dict(), "content_key": cfg.content_key(), "summary": summary,
               "paper": exp.paper, "wall_s": time.time() - t0, "world_size": accelerator.num_processes,
@@ -334,6 +339,23 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
         written = ", ".join(str(p) for p in sorted(out.glob("*.*")) if p.suffix in (".json", ".png", ".txt"))
         print(f"wrote {written} ({result['wall_s']:.0f}s in all)")
     return result
+
+
+def _worker(exp: Experiment, cfg: RunConfig, name: str, seed: int, out: Path, resume: bool) -> dict:
+    """One (model, seed) run in a worker process: its own accelerator, data from the disk cache."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    accelerator = make_accelerator()
+    return train_run(exp, cfg, name, seed, exp.load_data(cfg), accelerator, out, resume=resume)
+
+
+def _train_parallel(exp: Experiment, cfg: RunConfig, pairs: list[tuple[str, int]], out: Path, resume: bool) -> list[dict]:
+    """``cfg.jobs`` runs at a time in spawned processes (they share the GPU); results in ``pairs`` order."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(max_workers=min(cfg.jobs, len(pairs)), mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(_worker, exp, cfg, name, seed, out, resume) for name, seed in pairs]
+        return [f.result() for f in tqdm(futures, desc=f"{exp.name}: {len(pairs)} runs, {cfg.jobs} at a time")]
 
 
 def _title(exp: Experiment, cfg: RunConfig, splits: Splits) -> str:
