@@ -16,12 +16,12 @@ import types
 import typing
 from pathlib import Path
 
-__all__ = ["main", "build_parser", "EXPERIMENTS"]
+__all__ = ["main", "build_parser", "experiment", "add_config_flags", "EXPERIMENTS"]
 
-# name -> (help, module with the Experiment subclass and PRESETS, class name, config module)
-EXPERIMENTS: dict[str, tuple[str, str, str, str]] = {
-    "sudoku": ("Sudoku as autoregressive generation (paper Table 1)", "pseudosl.experiments.sudoku.train",
-               "SudokuExperiment", "pseudosl.experiments.sudoku.config"),
+# name -> (one-line help, "module:class" of its Experiment); an experiment adds one line here
+EXPERIMENTS: dict[str, tuple[str, str]] = {
+    "sudoku": ("Sudoku as autoregressive generation (paper Table 1)",
+               "pseudosl.experiments.sudoku.train:SudokuExperiment"),
 }
 _NOT_FLAGS = {"preset"}  # set by --preset/--quick
 
@@ -60,17 +60,18 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> list[str]:
     return names
 
 
-def _experiment(name: str):
-    _, module, cls, _ = EXPERIMENTS[name]
+def experiment(name: str):
+    """The registered :class:`~pseudosl.experiments.harness.Experiment` called ``name``."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}")
+    module, cls = EXPERIMENTS[name][1].split(":")
     return getattr(importlib.import_module(module), cls)()
 
 
 def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
-    help_, _, _, config_module = EXPERIMENTS[name]
-    cfg_mod = importlib.import_module(config_module)
-    cls = next(v for v in vars(cfg_mod).values() if isinstance(v, type) and v.__module__ == config_module
-               and dataclasses.is_dataclass(v))
-    presets = sorted(p.stem for p in Path(cfg_mod.PRESETS).glob("*.toml"))
+    help_ = EXPERIMENTS[name][0]
+    exp = experiment(name)
+    presets = sorted(p.stem for p in Path(exp.presets).glob("*.toml"))
     p = sub.add_parser(name, help=help_, description=f"{help_}. See docs/{name}.md.")
     actions = p.add_subparsers(dest="action", required=True, metavar="{train,eval}")
 
@@ -85,7 +86,7 @@ def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
     mode = t.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="continue the checkpoints in the run folder")
     mode.add_argument("--overwrite", action="store_true", help="replace the checkpoints in the run folder")
-    t.set_defaults(func=_train, experiment_name=name, fields=add_config_flags(t, cls), cfg_module=cfg_mod)
+    t.set_defaults(func=_train, experiment_name=name, fields=add_config_flags(t, exp.config_class))
 
     e = actions.add_parser("eval", help="re-evaluate the checkpoints under a folder; one table per config")
     e.add_argument("--out", default=f"runs/{name}", help=f"folder searched recursively (default runs/{name})")
@@ -95,16 +96,15 @@ def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
 def _train(args: argparse.Namespace) -> None:
     from .experiments.config import load_config
     from .experiments.harness import train
-    exp = _experiment(args.experiment_name)
-    m = args.cfg_module
-    path = args.config or (m.preset_path("quick") if args.quick else m.preset_path(args.preset) if args.preset else None)
+    exp = experiment(args.experiment_name)
+    path = args.config or (exp.preset_path("quick") if args.quick else exp.preset_path(args.preset) if args.preset else None)
     cfg = load_config(exp.config_class, path, **{k: getattr(args, k) for k in args.fields})
     train(exp, cfg, resume=args.resume, overwrite=args.overwrite)
 
 
 def _eval(args: argparse.Namespace) -> None:
     from .experiments.harness import evaluate_checkpoints
-    evaluate_checkpoints(_experiment(args.experiment_name), args.out)
+    evaluate_checkpoints(experiment(args.experiment_name), args.out)
 
 
 def build_parser() -> argparse.ArgumentParser:

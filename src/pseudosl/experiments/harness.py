@@ -67,6 +67,12 @@ class Experiment(abc.ABC, Generic[C]):
     labels: dict[str, str]                     # model name -> table label
     metrics: tuple[str, ...]                   # table columns; metrics[0] selects on validation
     paper: dict[str, dict[str, float]] = {}    # model -> metric -> the paper's value
+    presets: Path                              # folder of the shipped <name>.toml presets
+
+    def preset_path(self, name: str) -> Path:
+        """The shipped preset ``<name>.toml``, or a named error listing the known ones."""
+        from .config import preset_path
+        return preset_path(self.presets, name)
 
     @abc.abstractmethod
     def load_data(self, cfg: C) -> Splits: ...

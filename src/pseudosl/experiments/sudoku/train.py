@@ -25,7 +25,7 @@ import pseudosl
 
 from ..harness import Experiment, Splits
 from ..harness import train as harness_train
-from .config import SudokuConfig
+from .config import PRESETS, SudokuConfig
 from .constraint import givens_mask, is_consistent, sudoku_circuit
 from .data import SudokuData, load_csv, load_or_generate, load_satnet
 from .models import SudokuRNN, build_model
@@ -135,6 +135,7 @@ class SudokuExperiment(Experiment[SudokuConfig]):
     labels = LABELS
     metrics = ("exact", "consistent", "blank_acc")
     paper = PAPER
+    presets = PRESETS
 
     def load_data(self, cfg: SudokuConfig) -> Splits:
         train, val, test = load_data(cfg)
