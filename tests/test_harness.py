@@ -119,3 +119,32 @@ def test_parallel_jobs_give_the_same_runs(tmp_path):
         a, b = (load_checkpoint(tmp_path / d / f"{name}-seed0" / "checkpoint.pt") for d in ("serial", "parallel"))
         assert a["history"][0]["train_loss"] == b["history"][0]["train_loss"]
         assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_report_blocks_are_replaced_in_place():
+    from pseudosl.reproduce import replace_section
+    text = "# R\nintro\n<!-- BEGIN quick:a -->\nold\n<!-- END quick:a -->\noutro\n"
+    new = replace_section(text, "quick:a", "new table")
+    assert new == "# R\nintro\n<!-- BEGIN quick:a -->\nnew table\n<!-- END quick:a -->\noutro\n"
+    added = replace_section(new, "quick:b", "b")
+    assert added.endswith("<!-- BEGIN quick:b -->\nb\n<!-- END quick:b -->\n") and "new table" in added
+
+
+def test_reproduce_quick_writes_the_report(tmp_path, monkeypatch):
+    """The reproduce command on a tiny quick preset: trains, then fills the marked block of the report."""
+    import pseudosl.experiments.sudoku.train as sudoku_train
+    from pseudosl.cli import main as cli
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    (presets / "quick.toml").write_text('preset = "quick"\nmodels = ["convnet"]\nseeds = [0]\nn_train = 16\n'
+                                        'n_test = 8\nepochs = 1\nconv_channels = 4\nconv_layers = 1\n'
+                                        f'data_dir = "{tmp_path / "d"}"\n')
+    monkeypatch.setattr(sudoku_train.SudokuExperiment, "presets", presets)
+    report = tmp_path / "docs" / "reproduction.md"
+    report.parent.mkdir()
+    report.write_text("# Report\nprose\n<!-- BEGIN quick:sudoku -->\n<!-- END quick:sudoku -->\nmore prose\n")
+    cli(["reproduce", "--quick", "--only", "sudoku", "--report", str(report), "--runs", str(tmp_path / "runs")])
+    text = report.read_text()
+    assert "ConvNet" in text and "prose\n" in text and "more prose" in text
+    assert "pseudosl sudoku train --preset quick" in text
+    assert (report.parent / "figures" / "sudoku-quick-curves.png").stat().st_size > 0

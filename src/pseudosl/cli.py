@@ -107,11 +107,30 @@ def _eval(args: argparse.Namespace) -> None:
     evaluate_checkpoints(experiment(args.experiment_name), args.out)
 
 
+def _add_reproduce(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("reproduce", help="run every experiment's quick or paper preset and update the report",
+                       description="Train every experiment's preset (replacing earlier reproduction runs under "
+                                   "--runs), then rewrite the generated blocks of the report. See docs/reproduction.md.")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--quick", action="store_const", const="quick", dest="mode",
+                      help="the quick presets: a 2-core CPU")
+    mode.add_argument("--paper", action="store_const", const="paper", dest="mode",
+                      help="the paper presets: one GPU")
+    p.add_argument("--only", nargs="+", help="a subset of the experiments / sections")
+    p.add_argument("--report", type=Path, help="the report to update (default docs/reproduction.md if present, "
+                                               "else runs/reproduce/reproduction.md)")
+    p.add_argument("--runs", type=Path, default=Path("runs/reproduce"), help="where the runs go")
+    p.set_defaults(func=lambda a: __import__("pseudosl.reproduce", fromlist=["reproduce"]).reproduce(
+        a.mode, a.report, a.only, a.runs))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pseudosl", description="Semantic and pseudo-semantic losses: experiments")
-    sub = parser.add_subparsers(dest="experiment", required=True, metavar="{" + ",".join(EXPERIMENTS) + "}")
+    commands = [*EXPERIMENTS, "reproduce"]
+    sub = parser.add_subparsers(dest="experiment", required=True, metavar="{" + ",".join(commands) + "}")
     for name in EXPERIMENTS:
         _add_experiment(sub, name)
+    _add_reproduce(sub)
     return parser
 
 
