@@ -106,3 +106,17 @@ def test_bad_files_raise_clear_errors(tmp_path):
         load_satnet(tmp_path / "s")
     with pytest.raises(FileNotFoundError, match="features.pt"):
         load_satnet(tmp_path / "nowhere")
+
+
+def test_augment_keeps_puzzles_valid_and_consistent():
+    from pseudosl.experiments.sudoku.data import augment, count_solutions, is_valid_solution
+    d = generate(32, seed=5)
+    torch.manual_seed(0)
+    p, s = augment(d.puzzles, d.solutions)
+    assert not torch.equal(s, d.solutions)
+    assert torch.equal((p == 0).sum(1), (d.puzzles == 0).sum(1))              # same number of blanks
+    assert ((p == 0) | (p == s)).all()                                        # givens agree with the solution
+    for i in range(32):
+        assert is_valid_solution(s[i].numpy())
+        n, sols = count_solutions(p[i].tolist())
+        assert n == 1 and sols[0] == s[i].tolist()                            # still a unique solution

@@ -11,7 +11,8 @@ harness owns everything else, the same for every experiment:
 * checkpoints after every epoch (config, model, optimizer, RNG states, history, early-stopping
   state) and an exact ``resume``;
 * model selection: with a validation split, the checkpoint of the best validation score
-  (``Experiment.metrics[0]``, higher is better) is the one tested; ``patience`` stops early;
+  (``Experiment.metrics`` compared in order, so ``metrics[1]`` breaks ties of ``metrics[0]``;
+  higher is better; the earlier epoch wins a full tie) is the one tested; ``patience`` stops early;
 * results: ``results.json`` (config, per-run metrics and curves, mean ± std per model, the paper's
   numbers, machine), ``table.txt``, ``curves.png`` and the experiment's example figure;
 * Accelerate: runs unchanged under ``accelerate launch``; only the main process writes files.
@@ -65,7 +66,7 @@ class Experiment(abc.ABC, Generic[C]):
     name: str                                  # folder under runs/, e.g. "sudoku"
     config_class: type[C]
     labels: dict[str, str]                     # model name -> table label
-    metrics: tuple[str, ...]                   # table columns; metrics[0] selects on validation
+    metrics: tuple[str, ...]                   # table columns; selection on validation compares them in order
     paper: dict[str, dict[str, float]] = {}    # model -> metric -> the paper's value
     presets: Path                              # folder of the shipped <name>.toml presets
 
@@ -227,7 +228,7 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
                 if data is not None:
                     record.update({f"{split}_{k}": v for k, v in _evaluate(exp, unwrapped(), data, cfg, accelerator)[0].items()})
             if splits.val is not None:  # model selection and early stopping on the validation split
-                score = record[f"val_{exp.metrics[0]}"]
+                score = [record[f"val_{m}"] for m in exp.metrics]  # lexicographic: metrics[0], then ties
                 if state["best"] is None or score > state["best"]:
                     state.update(best=score, best_epoch=epoch + 1, bad_evals=0,
                                  best_model={k: v.detach().cpu().clone() for k, v in unwrapped().state_dict().items()})

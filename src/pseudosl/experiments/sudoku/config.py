@@ -41,9 +41,12 @@ class SudokuConfig(RunConfig):
     psl_examples: int | None = spec(None, min=1, help="PSL on the first m examples of each batch (default: all)")
     condition_on_givens: bool = spec(False, help="SL/PSL condition on the givens instead of conjoining them "
                                                "(drops the -log P(givens) term)")
+    augment: bool = spec(False, help="train on a random Sudoku symmetry of every puzzle (relabel digits, permute "
+                                     "rows/columns within bands/stacks, bands, stacks, transpose)")
     # models
     conv_channels: int = spec(64, min=1)
     conv_layers: int = spec(6, min=0)
+    conv_dropout: float = spec(0.0, min=0.0, max=0.99, help="ConvNet: dropout before the heads")
     rnn_hidden: int = spec(128, min=1)
     rnn_layers: int = spec(5, min=1)
     rnn_dropout: float = spec(0.2, min=0.0, max=0.99)

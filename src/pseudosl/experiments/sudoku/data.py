@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["SudokuData", "generate", "count_solutions", "is_valid_solution", "load_satnet", "load_csv",
+__all__ = ["SudokuData", "generate", "augment", "count_solutions", "is_valid_solution", "load_satnet", "load_csv",
            "save_satnet", "save_csv", "load_or_generate", "default_data_dir"]
 
 _ROW = np.arange(81) // 9
@@ -141,6 +141,30 @@ def _random_symmetry(grids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     out[flip] = out[flip].transpose(0, 2, 1)
     relabel = np.concatenate([np.zeros((n, 1), np.int64), 1 + np.argsort(rng.random((n, 9)), axis=1)], axis=1)
     return np.take_along_axis(relabel, out.reshape(n, 81), 1).reshape(n, 9, 9)
+
+
+def augment(puzzles: Tensor, solutions: Tensor) -> tuple[Tensor, Tensor]:
+    """The same random validity-preserving transformation on each puzzle and its solution ``(B, 81)``.
+
+    Per example: digit relabelling, rows within bands, bands, columns within stacks, stacks, and a
+    transpose with probability 1/2 (torch's global RNG, on the batch's device).  Blanks stay blanks,
+    so a puzzle stays a puzzle with the same number of givens and a unique solution.
+    """
+    b, dev = puzzles.shape[0], puzzles.device
+
+    def perm_in_blocks() -> Tensor:  # (B, 9): permute the 3 blocks, then within each block
+        blocks = torch.rand(b, 3, device=dev).argsort(1)
+        inner = torch.rand(b, 3, 3, device=dev).argsort(2)
+        return (blocks[:, :, None] * 3 + inner.gather(1, blocks[:, :, None].expand(b, 3, 3))).reshape(b, 9)
+
+    rows, cols = perm_in_blocks(), perm_in_blocks()
+    cell = rows[:, :, None] * 9 + cols[:, None, :]                        # (B, 9, 9) source cell
+    flip = torch.rand(b, device=dev) < 0.5
+    cell = torch.where(flip[:, None, None], cell.transpose(1, 2), cell).reshape(b, 81)
+    relabel = torch.cat([torch.zeros(b, 1, dtype=torch.long, device=dev),
+                         1 + torch.rand(b, 9, device=dev).argsort(1)], 1)  # (B, 10), 0 -> 0
+    out = [relabel.gather(1, g.gather(1, cell)) for g in (puzzles, solutions)]
+    return out[0], out[1]
 
 
 def generate(n: int, n_missing: int = 10, seed: int = 0, satnet: bool = False, pool: int = 64) -> SudokuData:

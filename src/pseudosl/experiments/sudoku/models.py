@@ -35,8 +35,9 @@ def puzzle_one_hot(puzzles: Tensor) -> Tensor:
 
 
 class ConvNet(nn.Module):
-    def __init__(self, channels: int = 64, layers: int = 6) -> None:
+    def __init__(self, channels: int = 64, layers: int = 6, dropout: float = 0.0) -> None:
         super().__init__()
+        self.dropout = nn.Dropout2d(dropout)
         self.inp = nn.Conv2d(10, channels, 3, padding=1)
         self.blocks = nn.ModuleList(nn.Conv2d(channels, channels, 3, padding=1) for _ in range(layers))
         self.norms = nn.ModuleList(nn.BatchNorm2d(channels) for _ in range(layers))
@@ -49,6 +50,7 @@ class ConvNet(nn.Module):
         h = F.relu(self.inp(x))
         for conv, norm in zip(self.blocks, self.norms):
             h = h + F.relu(norm(conv(h)))                                     # (B, C, 9, 9)
+        h = self.dropout(h)
         glob = self.head(F.relu(self.squeeze(h)).flatten(1)).view(-1, 81, 9)
         local = self.local(h).flatten(2).transpose(1, 2)                     # (B, 81, 9)
         return glob + local                                                  # logits (B, 81, 9)
@@ -88,7 +90,7 @@ class SudokuRNN(nn.Module):
 def build_model(name: str, cfg) -> nn.Module:
     """``convnet`` / ``convnet_sl`` -> :class:`ConvNet`; ``rnn`` / ``rnn_psl`` -> :class:`SudokuRNN`."""
     if name in ("convnet", "convnet_sl"):
-        return ConvNet(cfg.conv_channels, cfg.conv_layers)
+        return ConvNet(cfg.conv_channels, cfg.conv_layers, cfg.conv_dropout)
     if name in ("rnn", "rnn_psl"):
         return SudokuRNN(cfg.rnn_hidden, cfg.rnn_layers, cfg.rnn_dropout)
     raise ValueError(f"unknown model {name!r}; choose from convnet, convnet_sl, rnn, rnn_psl")

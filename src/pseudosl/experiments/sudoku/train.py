@@ -27,7 +27,7 @@ from ..harness import Experiment, Splits
 from ..harness import train as harness_train
 from .config import PRESETS, SudokuConfig
 from .constraint import givens_mask, is_consistent, sudoku_circuit
-from .data import SudokuData, load_csv, load_or_generate, load_satnet
+from .data import SudokuData, augment, load_csv, load_or_generate, load_satnet
 from .models import SudokuRNN, build_model
 
 __all__ = ["SudokuExperiment", "Objective", "load_data", "predict", "evaluate", "main", "PAPER", "LABELS"]
@@ -68,6 +68,8 @@ class Objective(nn.Module):
         self.circuit = sudoku_circuit() if name in ("convnet_sl", "rnn_psl") else None
 
     def forward(self, puzzles: Tensor, solutions: Tensor, constrained: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
+        if self.cfg.augment and self.training:
+            puzzles, solutions = augment(puzzles, solutions)
         target = solutions - 1                                            # classes 0..8, (B, 81)
         if isinstance(self.model, SudokuRNN):
             logits = self.model(puzzles, solutions)                       # teacher forcing, (B, 81, 9)
