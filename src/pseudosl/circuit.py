@@ -9,6 +9,9 @@ Input conventions (``B`` = batch, ``n`` = variables, ``k`` = values per variable
 Output: ``(B,)`` log P(constraint) for a single-rooted circuit, ``(B, R)`` for ``R`` roots.
 Inputs need not be normalised: the value is the log weighted model count
 ``log sum_{y |= alpha} prod_v exp(x[v, y_v])`` over all ``n`` variables.
+An empty batch ``(0, n, k)`` gives an empty result.  float16 / bfloat16 inputs are evaluated in
+float32 (the result is float32): rounding every node to bfloat16 would move a Sudoku circuit's value
+by more than half a nat.
 
 Evaluation keeps every node value in one buffer of shape ``(n_slots, B)``; each
 group of nodes of equal height is one ``index_select`` plus dense reductions
@@ -212,7 +215,8 @@ class Circuit(nn.Module):
             x = torch.stack([_log1mexp(x), x], dim=-1)
         elif x.dim() != 3 or x.shape[1:] != (n, k):
             boolean = f", or (B, {n}) for log P(true) of Boolean variables" if k == 2 else ""
-            raise ValueError(f"x must have shape (B, {n}, {k}){boolean}; got {tuple(x.shape)}")
+            raise ValueError(f"x must have shape (B, {n}, {k}) ({n} positions with {k} values each){boolean}; "
+                             f"got {tuple(x.shape)}")
         if torch.isnan(x).any():
             raise ValueError("x contains NaN; the circuit needs log-probabilities (use -inf for probability 0)")
         if (x == float("inf")).any():
@@ -220,9 +224,18 @@ class Circuit(nn.Module):
         return x
 
     def forward(self, x: Tensor) -> Tensor:
-        """Log weighted model count of every root: ``(B, R)``."""
+        """Log weighted model count of every root: ``(B, R)``.
+
+        Half-precision inputs (float16, bfloat16) are evaluated in float32 and the result is float32:
+        a Sudoku circuit sums thousands of terms, and bfloat16's 8-bit mantissa would move the value
+        by a nat or more.  An empty batch gives an empty ``(0, R)`` result.
+        """
         x = self.categorical_input(x)
-        leaves = x.reshape(x.shape[0], -1).t()
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()
+        leaves = x.reshape(x.shape[0], self.n_vars * self.n_values).t()
+        if x.shape[0] == 0:  # nothing to evaluate; keep the (empty) result in the graph
+            return leaves.t()[:, :1].expand(0, self.n_roots) * 0.0
         return _Evaluate.apply(leaves, self).t()
 
     def log_prob(self, x: Tensor) -> Tensor:
@@ -236,6 +249,8 @@ class Circuit(nn.Module):
         Slower than :meth:`log_prob`; used for entropies and as a cross-check in tests.
         """
         x = self.categorical_input(x)
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()
         batch = x.shape[0]
         cols = [torch.full((1, batch), float("-inf"), dtype=x.dtype, device=x.device),
                 torch.zeros(1, batch, dtype=x.dtype, device=x.device), x.reshape(batch, -1).t()]

@@ -24,7 +24,10 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Sequence
+
+from tqdm.auto import tqdm
 
 from .logic.dag import CircuitBuilder
 from .logic.errors import as_int
@@ -32,7 +35,7 @@ from .logic.errors import as_int
 if TYPE_CHECKING:  # pragma: no cover
     from .circuit import Circuit
 
-__all__ = ["exactly_one", "exactly_k", "at_most_k", "all_different",
+__all__ = ["exactly_one", "exactly_k", "at_most_k", "all_different", "all_different_size",
            "compile_exactly_one", "compile_exactly_k", "compile_at_most_k", "compile_all_different"]
 
 
@@ -56,13 +59,22 @@ def at_most_k(b: CircuitBuilder, variables: Sequence[int], k: int) -> int:
     return _count(b, variables, k, at_most=True, name="at_most_k")
 
 
-def all_different(b: CircuitBuilder, positions: Sequence[int], values: Sequence[int] | None = None) -> int:
+def all_different_size(n_positions: int, n_values: int) -> int:
+    """Edges of the :func:`all_different` DP for ``n_positions`` over ``n_values`` values (before smoothing):
+    ``sum_{i < m} C(V, i) (V - i)`` (one element per state and unused value)."""
+    return sum(math.comb(n_values, i) * (n_values - i) for i in range(min(n_positions, n_values + 1)))
+
+
+def all_different(b: CircuitBuilder, positions: Sequence[int], values: Sequence[int] | None = None, *,
+                  max_edges: int | None = 2_000_000) -> int:
     """The categorical ``positions`` take pairwise different values, each one of ``values``.
 
     ``values`` defaults to all ``b.n_values`` values; more positions than values is FALSE.
     DP over (index, set of used values), memoised:
     ``node(i, U) = OR_{c in values - U} ([X_{p_i} = c] AND node(i+1, U + {c}))``, ``node(m, U) = TRUE``;
     ``sum_i C(|values|, i)`` states (512 for 9 positions over 9 values, e.g. a Sudoku row).
+    The size grows like ``2^|values|``: above ``max_edges`` (:func:`all_different_size`) it is a named
+    error before any work (``max_edges=None`` lifts the guard); large builds show a progress bar.
     """
     positions = _variables(b, positions, "all_different")
     vals = list(range(b.n_values)) if values is None else sorted({as_int("value", c) for c in values})
@@ -72,11 +84,18 @@ def all_different(b: CircuitBuilder, positions: Sequence[int], values: Sequence[
     m = len(positions)
     if m > len(vals):
         return b.false()
+    size = all_different_size(m, len(vals))
+    if max_edges is not None and size > max_edges:
+        raise ValueError(f"all_different over {m} positions and {len(vals)} values needs {size:,} circuit edges "
+                         f"(the DP has one state per subset of used values, ~2^{len(vals)}), above "
+                         f"max_edges={max_edges:,}; pass max_edges=None (or a larger bound) to build it anyway")
+    bar = tqdm(total=2 * m, desc=f"all_different ({size:,} edges)", disable=size < 500_000, leave=False)
     memo: dict[int, int] = {}  # used-values bitmask -> node; level = popcount(mask)
     level: list[int] = [0]
     for i in range(m):  # breadth-first: masks reachable after i positions
         nxt = {mask | (1 << j) for mask in level for j in range(len(vals)) if not mask >> j & 1}
         level = sorted(nxt)
+        bar.update()
     for mask in level:  # all masks after m positions
         memo[mask] = b.true()
     for i in reversed(range(m)):
@@ -84,6 +103,8 @@ def all_different(b: CircuitBuilder, positions: Sequence[int], values: Sequence[
         memo = {mask: b.or_(*(b.and_(b.literal(positions[i], vals[j]), memo[mask | (1 << j)])
                               for j in range(len(vals)) if not mask >> j & 1))
                 for mask in prev}
+        bar.update()
+    bar.close()
     return memo[0]
 
 
@@ -107,8 +128,10 @@ def compile_at_most_k(n_vars: int, groups: Sequence[Sequence[int]] | Sequence[in
 
 
 def compile_all_different(n_vars: int, n_values: int, groups: Sequence[Sequence[int]] | Sequence[int],
-                          values: Sequence[int] | None = None) -> "Circuit":
+                          values: Sequence[int] | None = None, *, max_edges: int | None = 2_000_000) -> "Circuit":
     """Categorical circuit, one root "all different" per group of positions.
+
+    ``max_edges`` bounds each group's DP (see :func:`all_different`); a larger one is a named error.
 
     Example (Sudoku, 81 cells with 9 values, 27 roots)::
 
@@ -118,7 +141,7 @@ def compile_all_different(n_vars: int, n_values: int, groups: Sequence[Sequence[
                  for br in range(3) for bc in range(3)]
         circuit = compile_all_different(81, 9, rows + cols + boxes)
     """
-    return _compile(n_vars, n_values, groups, lambda b, g: all_different(b, g, values))
+    return _compile(n_vars, n_values, groups, lambda b, g: all_different(b, g, values, max_edges=max_edges))
 
 
 # -- helpers ----------------------------------------------------------------------------------------

@@ -38,14 +38,35 @@ Reduction = Literal["mean", "sum", "none"]
 
 
 def log_probs_from_logits(circuit: Circuit, logits: Tensor) -> Tensor:
-    """``(B, n, k)`` log-probabilities: ``log_softmax`` of categorical logits, ``logsigmoid`` of Boolean ones."""
+    """``(B, n, k)`` log-probabilities: ``log_softmax`` of categorical logits, ``logsigmoid`` of Boolean ones.
+
+    Infinite logits are the one-hot limit, as in the Boolean form: a position with ``+inf`` logits puts
+    all its mass on them (shared equally when several are ``+inf``), ``-inf`` is probability 0.  A position
+    whose logits are all ``-inf`` has no possible value and is an error, as is NaN.
+    """
     _check_tensor("logits", logits)
+    if torch.isnan(logits).any():
+        raise ValueError("logits contain NaN")
     if logits.dim() == 2 and circuit.n_values == 2:
         return torch.stack([F.logsigmoid(-logits), F.logsigmoid(logits)], dim=-1)
     if logits.dim() == 3:
-        return logits.log_softmax(-1)
+        return _log_softmax_with_infinities(logits)
     raise ValueError(f"logits must have shape (B, {circuit.n_vars}, {circuit.n_values})"
                      + (f" or (B, {circuit.n_vars})" if circuit.n_values == 2 else "") + f"; got {tuple(logits.shape)}")
+
+
+def _log_softmax_with_infinities(logits: Tensor) -> Tensor:
+    """``log_softmax(-1)`` extended to ``+inf`` logits (the one-hot limit); ``(B, n, k)``."""
+    if not torch.isinf(logits).any():
+        return logits.log_softmax(-1)
+    if torch.isneginf(logits).all(-1).any():
+        b, v = torch.nonzero(torch.isneginf(logits).all(-1))[0].tolist()
+        raise ValueError(f"logits[{b}, {v}] are all -inf: position {v} of example {b} has no possible value")
+    top = torch.isposinf(logits)
+    limit = torch.where(top, 0.0, float("-inf")).to(logits.dtype)  # the +inf values share the mass
+    limit = limit - top.sum(-1, keepdim=True).clamp(min=1).to(logits.dtype).log()
+    finite = logits.masked_fill(top, 0.0).log_softmax(-1)  # no NaN in the branch that is not taken
+    return torch.where(top.any(-1, keepdim=True), limit, finite)
 
 
 def apply_allowed(log_probs: Tensor, allowed: Tensor | None) -> Tensor:
@@ -137,9 +158,9 @@ def constraint_entropy(circuit: Circuit, logits: Tensor, allowed: Tensor | None 
 
 
 def reduce_loss(loss: Tensor, reduction: Reduction) -> Tensor:
-    """Reduce per-example losses ``(B,)`` over the batch."""
+    """Reduce per-example losses ``(B,)`` over the batch (the mean of an empty batch is 0, not NaN)."""
     if reduction == "mean":
-        return loss.mean()
+        return loss.mean() if loss.numel() else loss.sum()
     if reduction == "sum":
         return loss.sum()
     if reduction == "none":

@@ -16,44 +16,54 @@ from .dag import CircuitBuilder, Dag
 if TYPE_CHECKING:  # pragma: no cover
     from pysdd.sdd import SddNode
 
-__all__ = ["SddFormatError", "read_sdd_file", "read_vtree_var_count", "dag_from_pysdd"]
+__all__ = ["SddFormatError", "read_sdd_file", "read_vtree", "read_vtree_var_count", "dag_from_pysdd"]
 
 
 class SddFormatError(ValueError):
     """A malformed or truncated ``.sdd`` / ``.vtree`` file."""
 
 
-def read_vtree_var_count(path: str | Path) -> int:
-    """Number of variables of a ``.vtree`` file (the largest variable id of its leaves)."""
+def read_vtree(path: str | Path) -> dict[int, int]:
+    """The nodes of a ``.vtree`` file: node id -> its variable (leaves) or ``0`` (internal nodes)."""
     path = Path(path)
     count = None
-    largest = 0
+    nodes: dict[int, int] = {}
     leaves = 0
     for lineno, line in enumerate(_lines(path), 1):
         tok = line.split()
         if tok[0] == "vtree":
             count = _int(tok, 1, path, lineno)
         elif tok[0] == "L":
-            largest = max(largest, _int(tok, 2, path, lineno))
+            nodes[_int(tok, 1, path, lineno)] = _int(tok, 2, path, lineno)
             leaves += 1
-        elif tok[0] != "I":
+        elif tok[0] == "I":
+            nodes[_int(tok, 1, path, lineno)] = 0
+        else:
             raise SddFormatError(f"{path}:{lineno}: unknown vtree line {line!r}")
     if count is None:
         raise SddFormatError(f"{path}: no 'vtree N' header; is this a vtree file?")
     if leaves == 0 or 2 * leaves - 1 != count:
         raise SddFormatError(f"{path}: header says {count} vtree nodes but the file has {leaves} leaves "
                              f"(a full binary vtree has 2*leaves-1 nodes); truncated?")
-    return largest
+    return nodes
+
+
+def read_vtree_var_count(path: str | Path) -> int:
+    """Number of variables of a ``.vtree`` file (the largest variable id of its leaves)."""
+    return max(read_vtree(path).values())
 
 
 def read_sdd_file(sdd_path: str | Path, vtree_path: str | Path | None = None, n_vars: int | None = None) -> Dag:
     """Parse an ``.sdd`` file into a :class:`Dag` (root = the last node, as the SDD package writes it).
 
     ``n_vars`` defaults to the vtree's variable count, else the largest variable in the file.
+    With a vtree, every node must sit where the vtree says (a literal at the leaf of its variable,
+    a decision node at an internal node): a vtree of another SDD is a named error.
     """
     sdd_path = Path(sdd_path)
-    if vtree_path is not None and n_vars is None:
-        n_vars = read_vtree_var_count(vtree_path)
+    vtree = read_vtree(vtree_path) if vtree_path is not None else None
+    if vtree is not None and n_vars is None:
+        n_vars = max(vtree.values())
     nodes: dict[int, tuple] = {}
     header = None
     order: list[int] = []
@@ -65,6 +75,8 @@ def read_sdd_file(sdd_path: str | Path, vtree_path: str | Path | None = None, n_
             header = _int(tok, 1, sdd_path, lineno)
             continue
         node_id = _int(tok, 1, sdd_path, lineno)
+        if vtree is not None and tag in ("L", "D"):
+            _check_vtree_position(tok, vtree, sdd_path, vtree_path, lineno)
         if tag in ("F", "T"):
             nodes[node_id] = (tag,)
         elif tag == "L":
@@ -149,14 +161,33 @@ def dag_from_pysdd(nodes: "SddNode | Sequence[SddNode]", n_vars: int | None = No
     return b.build([convert(r) for r in roots])
 
 
+def _check_vtree_position(tok: list[str], vtree: dict[int, int], sdd_path: Path, vtree_path, lineno: int) -> None:
+    """A literal must sit at the vtree leaf of its variable, a decision node at an internal vtree node."""
+    vid = _int(tok, 2, sdd_path, lineno)
+    if vid not in vtree:
+        raise SddFormatError(f"{sdd_path}:{lineno}: refers to vtree node {vid}, which {vtree_path} does not have; "
+                             f"is the vtree the one this SDD was saved with?")
+    if tok[0] == "L" and vtree[vid] != abs(_int(tok, 3, sdd_path, lineno)):
+        raise SddFormatError(f"{sdd_path}:{lineno}: literal {tok[3]} sits at vtree node {vid}, which {vtree_path} "
+                             f"makes the leaf of variable {vtree[vid] or '(none: an internal node)'}; "
+                             f"is the vtree the one this SDD was saved with?")
+    if tok[0] == "D" and vtree[vid] != 0:
+        raise SddFormatError(f"{sdd_path}:{lineno}: decision node at vtree node {vid}, which is a leaf of "
+                             f"{vtree_path}; is the vtree the one this SDD was saved with?")
+
+
 def _lines(path: Path):
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line and not line.startswith("c"):
-                yield line
+    try:
+        with open(path, encoding="ascii") as f:
+            for line in f:
+                line = line.strip()
+                if line and not line.startswith("c"):
+                    yield line
+    except UnicodeDecodeError as e:
+        raise SddFormatError(f"{path}: not a text SDD/vtree file (byte {e.start} is not ASCII); "
+                             f"pass the .sdd and .vtree files the SDD package or PySDD wrote") from None
 
 
 def _int(tok: list[str], i: int, path: Path, lineno: int) -> int:

@@ -77,6 +77,24 @@ def sample_satisfies(circuit: Circuit, values: Tensor, allowed: Tensor | None = 
     return ok.all(-1) if ok.dim() == 2 else ok
 
 
+def _check_against_circuit(model: Any, circuit: Circuit, sample: Tensor) -> Tensor:
+    """Name a mismatch between the sample, the model and the circuit before the model runs."""
+    if not isinstance(circuit, Circuit):
+        raise TypeError(f"circuit must be a pseudosl.Circuit, got {type(circuit).__name__}")
+    sample = check_sample(sample)
+    if sample.shape[1] != circuit.n_vars:
+        raise ValueError(f"sample has length {sample.shape[1]} but the circuit has {circuit.n_vars} positions; "
+                         f"pass (B, {circuit.n_vars}) sequences (or compile the constraint for length {sample.shape[1]})")
+    k = getattr(model, "n_values", None)
+    if k is not None and k != circuit.n_values:
+        raise ValueError(f"the model has {k} values per position but the circuit has {circuit.n_values}; "
+                         f"compile the constraint over the model's values (or fold them with a ValueMap)")
+    if not hasattr(model, "circuit_values") and sample.numel() and sample.max() >= circuit.n_values:
+        raise ValueError(f"sample values must lie in 0..{circuit.n_values - 1} (the circuit's values); "
+                         f"got a {int(sample.max())}")
+    return sample
+
+
 def pseudo_semantic_loss(model: Any, circuit: Circuit, sample: Tensor, reduction: Reduction = "mean", *,
                          allowed: Tensor | None = None, return_diagnostics: bool = False,
                          negate: bool = False, condition: bool = False,
@@ -110,6 +128,17 @@ def pseudo_semantic_loss(model: Any, circuit: Circuit, sample: Tensor, reduction
         >>> loss = pseudosl.pseudo_semantic_loss(dec.engine(), circuit, y)
         >>> loss.backward()
     """
+    sample = _check_against_circuit(model, circuit, sample)
+    if not hasattr(model, "local_conditionals") and "candidates" not in kw:
+        kw.setdefault("n_values", circuit.n_values)  # a bare log_joint: the circuit knows k
+    if sample.shape[0] == 0:  # an empty batch: nothing to score, the model is not called
+        per_example = torch.zeros(0, device=sample.device, requires_grad=torch.is_grad_enabled())
+        loss = reduce_loss(per_example, reduction)
+        if not return_diagnostics:
+            return loss
+        empty = per_example.detach()
+        return loss, PSLDiagnostics(satisfied=empty.bool(), p_constraint=empty, entropy=empty, loss=empty,
+                                    conditionals=empty.new_zeros(0, circuit.n_vars, circuit.n_values))
     cond = conditionals_of(model, sample, **kw)  # (B, n, k)
     per_example = -product_log_prob(circuit, cond, allowed, negate=negate, condition=condition)  # (B,)
     loss = reduce_loss(per_example, reduction)

@@ -39,8 +39,8 @@ def check_sample(sample: Tensor, n_values: int | None = None, name: str = "sampl
         raise ValueError(f"{name} must have shape (B, n); got {tuple(sample.shape)} "
                          "(use sample[None] for a single sequence)")
     if sample.numel() and (sample.min() < 0 or (n_values is not None and sample.max() >= n_values)):
-        raise ValueError(f"{name} values must lie in 0..{(n_values or 0) - 1}; "
-                         f"got range {int(sample.min())}..{int(sample.max())}")
+        allowed = f"lie in 0..{n_values - 1}" if n_values is not None else "be >= 0"
+        raise ValueError(f"{name} values must {allowed}; got range {int(sample.min())}..{int(sample.max())}")
     return sample.detach()
 
 
@@ -108,6 +108,8 @@ def local_conditionals(log_joint: LogJoint, sample: Tensor, *, chunk_size: int |
     batch, n = sample.shape
     cand = _candidates(candidates, batch, n, n_values, sample.device)
     k = cand.shape[-1]
+    if batch == 0:
+        return torch.zeros(0, n, k, device=sample.device)
     flat = neighbours(sample, cand).reshape(-1, n)  # (B*n*K, n)
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
