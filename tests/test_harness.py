@@ -18,9 +18,9 @@ TINY = ["--n-train", "16", "--n-test", "8", "--epochs", "1", "--conv-channels", 
     ('lr = "0.001"', r"lr = '0.001': expected a number"),
     ('epochs = "three"', r"epochs = 'three': expected an integer"),
     ("epochs = true", r"epochs = True: expected an integer"),
-    ("seeds = 0", r"seeds = 0: expected a list of an integer"),
+    ("seeds = 0", r"seeds = 0: expected a list of integers"),
     ('sl_weight = "0.1"', r"sl_weight = '0.1': expected a number"),
-    ('models = "convnet"', r"models = 'convnet': expected a list of a string"),
+    ('models = "convnet"', r"models = 'convnet': expected a list of strings"),
     ('satnet_dist = "false"', r"satnet_dist = 'false': expected true or false"),
     ("epochs = 0", r"epochs = 0: must be >= 1"),
     ("rnn_dropout = 1.5", r"rnn_dropout = 1.5: must be <= 0.99"),
@@ -44,8 +44,8 @@ def test_good_values_are_normalised():
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--sl-weight", "nan"], "sl_weight = nan: expected a finite number"),
-    (["--threads", "0"], "threads = 0: must be >= 1"),
+    (["--sl-weight", "nan"], "--sl-weight: sl_weight = nan: expected a finite number"),
+    (["--threads", "0"], "--threads: threads = 0: must be >= 1"),
     (["--epochs", "2", "--constraint-start-epoch", "3"], "past the last epoch"),
     (["--models", "convnet", "mlp"], r"unknown \['mlp'\]"),
 ])

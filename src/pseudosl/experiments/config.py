@@ -107,7 +107,9 @@ def _type_name(t: Any) -> str:
     if typing.get_origin(t) in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in typing.get_args(t))
     if typing.get_origin(t) is list:
-        return f"a list of {_type_name(typing.get_args(t)[0])}"
+        item = typing.get_args(t)[0]
+        return "a list of " + {int: "integers", float: "numbers", bool: "true/false values",
+                               str: "strings"}.get(item, _type_name(item))
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string",
             type(None): "omitted (none)"}.get(t, getattr(t, "__name__", str(t)))
 
@@ -208,4 +210,7 @@ def load_config(cls: type[C], path: str | Path | None = None, **overrides: Any) 
     try:
         return cls(**values)
     except ConfigError as e:
+        field = str(e).split(" ", 1)[0].split("[")[0]
+        if overrides.get(field) is not None:  # the bad value came from a flag, not from the file
+            raise ConfigError(f"--{field.replace('_', '-')}: {e}") from None
         raise ConfigError(f"{path}: {e}" if path is not None else str(e)) from None
