@@ -215,3 +215,108 @@ def test_chunked_head_logsumexp_with_bias_matches_torch():
     g2 = torch.autograd.grad((want * w).sum(), [h, head.weight, head.bias])
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+# -- fused suffixes, positions, and the cuDNN-safe mode (issue 7) ------------------------------------
+@pytest.mark.parametrize("cell", ["rnn", "lstm", "gru"])
+def test_fused_and_stepwise_suffixes_agree(cell):
+    dec = _decoder(cell)
+    ctx, steps = torch.randn(3, 4), torch.randn(3, 5, 2)
+    y = dec.sample(ctx, steps)
+    circuit = circuit_from_truth(np.random.default_rng(1).random(3 ** 5) < 0.5, 5, 3)
+    losses = {fused: pseudo_semantic_loss(dec.engine(ctx, steps, fused=fused), circuit, y, chunk_size=chunk)
+              for fused, chunk in ((True, None), (False, None), (True, 5))}
+    torch.testing.assert_close(losses[True], losses[False], **TOL)
+    _assert_grads_close(_grads(losses[True], dec), _grads(losses[False], dec))
+    exact = local_conditionals(dec.engine(ctx, steps), y)  # generic path through the engine's log_joint
+    for fused in (True, False):
+        torch.testing.assert_close(dec.engine(ctx, steps, fused=fused).local_conditionals(y, chunk_size=4), exact, **TOL)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_positions_compute_only_the_requested_conditionals(fused):
+    dec = _decoder("lstm")
+    ctx, steps = torch.randn(3, 4), torch.randn(3, 5, 2)
+    y = dec.sample(ctx, steps)
+    pos = torch.tensor([[True, False, True, False, True], [False] * 5, [False, True, True, True, False]])
+    eng = dec.engine(ctx, steps, fused=fused)
+    full = eng.local_conditionals(y)
+    part = eng.local_conditionals(y, positions=pos, fill=-7.0, chunk_size=4)
+    torch.testing.assert_close(part[pos], full[pos], **TOL)
+    assert (part[~pos] == -7.0).all()
+    with pytest.raises(ValueError, match=r"positions must have the sample's shape \(3, 5\)"):
+        eng.local_conditionals(y, positions=pos[:, :4])
+
+
+def test_conditioning_on_unit_constraints_needs_only_the_free_positions():
+    """With condition=True the PSL computes conditionals only where ``allowed`` leaves a choice: same loss,
+    same gradients as with every position computed."""
+    dec = _decoder("rnn")
+    ctx, steps = torch.randn(4, 4), torch.randn(4, 5, 2)
+    fixed = torch.tensor([[0, -1, -1, 2, -1], [-1, -1, -1, -1, -1], [1, 1, -1, 0, 2], [-1, 2, -1, -1, 0]])
+    y = dec.sample(ctx, steps, fixed=fixed)
+    allowed = torch.ones(4, 5, 3, dtype=torch.bool)
+    allowed[fixed >= 0] = torch.nn.functional.one_hot(fixed[fixed >= 0], 3).bool()
+    circuit = circuit_from_truth(np.random.default_rng(2).random(3 ** 5) < 0.6, 5, 3)
+    eng = dec.engine(ctx, steps)
+    calls = []
+    orig = eng.local_conditionals
+
+    def spy(s, *, positions=None, **kw):
+        calls.append(positions)
+        return orig(s, positions=positions, **kw)
+    eng.local_conditionals = spy
+    fast = pseudo_semantic_loss(eng, circuit, y, allowed=allowed, condition=True, reduction="none")
+    assert calls[0] is not None and (calls[0] == (allowed.sum(-1) > 1)).all()
+    cond = local_conditionals(lambda s: dec.engine(ctx, steps)(s), y, n_values=3)
+    from pseudosl.losses import product_log_prob
+    want = -product_log_prob(circuit, cond, allowed, condition=True)
+    torch.testing.assert_close(fast, want, **TOL)
+    _assert_grads_close(_grads(fast.sum(), dec), _grads(want.sum(), dec))
+
+
+def test_exact_mode_runs_recurrent_layers_trainable_without_dropout():
+    """cuDNN backprops an RNN only in training mode: the engine (and an eval-mode decoder's log_joint
+    under autograd) run the recurrent module in training mode with dropout 0; values are those of eval mode."""
+    seen = []
+    for train in (False, True):
+        dec = _decoder("lstm").train(train)
+        dec.rnn.register_forward_pre_hook(lambda m, a: seen.append((m.training, m.dropout)))
+        ctx, steps = torch.randn(2, 4), torch.randn(2, 5, 2)
+        y = dec.sample(ctx, steps)
+        seen.clear()
+        cond = dec.engine(ctx, steps, fused=True).local_conditionals(y)
+        assert seen and all(s == (True, 0.0) for s in seen)
+        assert dec.training == train and dec.rnn.training == train and dec.rnn.dropout == 0.3
+        with torch.no_grad():
+            dec.eval()
+            ref = local_conditionals(lambda s: dec.log_joint(s, ctx.repeat_interleave(len(s) // 2, 0),
+                                                             steps.repeat_interleave(len(s) // 2, 0)), y, n_values=3)
+        torch.testing.assert_close(cond, ref, **TOL)
+    dec = _decoder("rnn").eval()
+    seen.clear()
+    dec.rnn.register_forward_pre_hook(lambda m, a: seen.append((m.training, m.dropout)))
+    dec.log_joint(dec.sample(batch_size=2, context=torch.randn(2, 4), step_inputs=torch.randn(2, 5, 2)),
+                  torch.randn(2, 4), torch.randn(2, 5, 2)).sum()
+    assert seen[-1] == (True, 0.0) and not dec.rnn.training
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("train", [False, True])
+@pytest.mark.parametrize("fused", [True, False])
+def test_recurrent_engine_on_cuda_matches_cpu(train, fused):
+    dec = _decoder("lstm").train(train)
+    ctx, steps = torch.randn(2, 4), torch.randn(2, 5, 2)
+    y = dec.sample(ctx, steps)
+    circuit = circuit_from_truth(np.random.default_rng(0).random(3 ** 5) < 0.5, 5, 3)
+    cpu = pseudo_semantic_loss(dec.engine(ctx, steps), circuit, y)
+    g_cpu = _grads(cpu, dec)
+    dec_gpu, circuit_gpu = dec.cuda(), circuit.cuda()
+    gpu = pseudo_semantic_loss(dec_gpu.engine(ctx.cuda(), steps.cuda(), fused=fused), circuit_gpu, y.cuda())
+    torch.testing.assert_close(gpu.cpu(), cpu, **TOL)
+    for a, b in zip(_grads(gpu, dec_gpu), g_cpu):
+        torch.testing.assert_close(a.cpu(), b, **TOL)
+    slow = pseudo_semantic_loss(lambda s: dec_gpu.log_joint(s, ctx.cuda().repeat_interleave(len(s) // 2, 0),
+                                                            steps.cuda().repeat_interleave(len(s) // 2, 0)),
+                                circuit_gpu, y.cuda())
+    slow.backward()  # the generic path with the decoder's own log_joint, eval or train mode

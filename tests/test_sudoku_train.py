@@ -27,8 +27,9 @@ def _tiny(tmp_path, **kw) -> SudokuConfig:
 
 
 @pytest.mark.parametrize("name", ["convnet_sl", "rnn_psl"])
-def test_short_training_lowers_the_loss(tmp_path, name):
-    cfg = _tiny(tmp_path)
+@pytest.mark.parametrize("givens", ["conjoin", "condition", "ignore"])
+def test_short_training_lowers_the_loss(tmp_path, name, givens):
+    cfg = _tiny(tmp_path, givens=givens)
     data = generate(8, seed=0)
     torch.manual_seed(0)
     objective = Objective(build_model(name, cfg), name, cfg)
@@ -118,3 +119,19 @@ def test_constraint_warm_up_trains_cross_entropy_only(tmp_path):
         _tiny(tmp_path, constraint_start_epoch=0)
     with pytest.raises(ValueError, match="past the last epoch"):
         _tiny(tmp_path, constraint_start_epoch=3)
+
+
+def test_givens_variants_score_what_they_say():
+    """conjoin = condition - log P(givens); ignore = the groups without the mask (the paper's code)."""
+    torch.manual_seed(0)
+    data = generate(4, seed=1)
+    cfgs = {g: SudokuConfig(preset="test", givens=g, conv_channels=8, conv_layers=1) for g in ("conjoin", "condition", "ignore")}
+    model = build_model("convnet_sl", cfgs["conjoin"]).eval()
+    from pseudosl.experiments.sudoku.constraint import givens_mask, sudoku_circuit
+    logits = model(data.puzzles)
+    sl = {g: Objective(model, "convnet_sl", c).eval()(data.puzzles, data.solutions)[1]["sl"] for g, c in cfgs.items()}
+    lp = logits.log_softmax(-1).double()
+    log_givens = lp.masked_fill(~givens_mask(data.puzzles), float("-inf")).logsumexp(-1).sum(-1).mean()
+    torch.testing.assert_close(sl["conjoin"].double(), sl["condition"].double() - log_givens, atol=1e-3, rtol=1e-5)
+    groups = sudoku_circuit().log_prob(logits.log_softmax(-1)).sum(-1).mean()
+    torch.testing.assert_close(sl["ignore"], -groups, atol=1e-4, rtol=1e-5)

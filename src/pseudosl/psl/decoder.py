@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from .neighbours import _candidates, check_sample
 from .sampling import sample_from_logits
 
-__all__ = ["RecurrentDecoder", "RecurrentEngine"]
+__all__ = ["RecurrentDecoder", "RecurrentEngine", "exact_mode", "trainable_recurrence"]
 
 State = Tensor | tuple[Tensor, Tensor]
 
@@ -114,7 +114,8 @@ class RecurrentDecoder(nn.Module):
     def step_logits(self, y: Tensor, context: Tensor | None = None, step_inputs: Tensor | None = None) -> Tensor:
         """Teacher-forced logits ``(B, n, k)``: ``logits[:, t]`` scores ``y_t`` given ``y_{<t}``."""
         y = check_sample(y, self.n_values, "y")
-        out, _ = self.rnn(self.inputs(y, step_inputs), self.initial_state(context, y.shape[0]))
+        with trainable_recurrence(self):  # an eval-mode decoder stays backprop-able on cuDNN
+            out, _ = self.rnn(self.inputs(y, step_inputs), self.initial_state(context, y.shape[0]))
         return self.head(out)
 
     def log_joint(self, y: Tensor, context: Tensor | None = None, step_inputs: Tensor | None = None) -> Tensor:
@@ -154,20 +155,55 @@ class RecurrentDecoder(nn.Module):
         return torch.stack(out, dim=1)
 
     def engine(self, context: Tensor | None = None, step_inputs: Tensor | None = None, *,
-               dropout: bool = False) -> "RecurrentEngine":
+               dropout: bool = False, fused: bool | None = None) -> "RecurrentEngine":
         """A :class:`RecurrentEngine` bound to this context (usable as ``model`` of the loss and as ``log_joint``)."""
-        return RecurrentEngine(self, context, step_inputs, dropout=dropout)
+        return RecurrentEngine(self, context, step_inputs, dropout=dropout, fused=fused)
 
 
 @contextlib.contextmanager
-def _mode(module: nn.Module, keep: bool) -> Iterator[None]:
-    was = module.training
-    if not keep:
-        module.eval()
+def trainable_recurrence(module: nn.Module) -> Iterator[None]:
+    """Recurrent layers (``nn.RNN/LSTM/GRU``) of ``module`` that are in eval mode run in training mode
+    with dropout 0 inside the block, when autograd is on.
+
+    cuDNN computes an RNN backward only for a forward run in training mode ("cudnn RNN backward can
+    only be called in training mode").  Without dropout the two modes compute the same function, so
+    this changes no value; other modules (dropout, batch norm) keep their mode.
+    """
+    flipped = []
+    if torch.is_grad_enabled():
+        for m in module.modules():
+            if isinstance(m, nn.RNNBase) and not m.training:
+                flipped.append((m, m.dropout))
+                m.dropout, m.training = 0.0, True
     try:
         yield
     finally:
-        module.train(was)
+        for m, p in flipped:
+            m.dropout, m.training = p, False
+
+
+@contextlib.contextmanager
+def exact_mode(module: nn.Module, dropout: bool = False) -> Iterator[None]:
+    """Evaluate ``module`` deterministically, as the exact conditionals need, on any device, with autograd.
+
+    The module is put in eval mode (dropout off, batch norm on its running statistics) and its
+    recurrent layers are made backprop-able on cuDNN (:func:`trainable_recurrence`); the previous
+    modes are restored on exit.  ``dropout=True`` keeps the module as it is (a stochastic estimate).
+    """
+    if dropout:
+        yield
+        return
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        with trainable_recurrence(module):
+            yield
+    finally:
+        for m, t in modes:
+            m.training = t
+
+
+_mode = exact_mode  # the engines' name for it
 
 
 class RecurrentEngine:
@@ -176,12 +212,18 @@ class RecurrentEngine:
     Bound to a context ``(B, context_dim)`` and ``step_inputs (B, n, step_dim)``.  Called as
     ``log_joint(y (N, n))`` rows are grouped by example (``N = B * m``, example-major, as
     :func:`local_conditionals` builds them without chunking).
+
+    ``fused`` picks how the neighbour suffixes run: ``True`` as one multi-layer ``nn.RNN/LSTM/GRU`` call
+    per chunk over suffixes padded to the chunk's longest (cuDNN on a GPU: a few large kernels), ``False``
+    step by step with the layer cells on a batch that shrinks as suffixes end (no padding: faster on a
+    CPU).  Default (``None``): fused on CUDA, step by step elsewhere.  Both give the same conditionals.
     """
 
     def __init__(self, decoder: RecurrentDecoder, context: Tensor | None = None,
-                 step_inputs: Tensor | None = None, *, dropout: bool = False) -> None:
+                 step_inputs: Tensor | None = None, *, dropout: bool = False, fused: bool | None = None) -> None:
         self.decoder, self.context, self.step_inputs, self.dropout = decoder, context, step_inputs, dropout
         self.n_values = decoder.n_values
+        self.fused = fused
 
     def _expand(self, t: Tensor | None, n_rows: int) -> Tensor | None:
         if t is None:
@@ -192,23 +234,33 @@ class RecurrentEngine:
         return t.repeat_interleave(n_rows // t.shape[0], dim=0)
 
     def __call__(self, y: Tensor) -> Tensor:
-        with _mode(self.decoder, self.dropout):
+        with exact_mode(self.decoder, self.dropout):
             return self.decoder.log_joint(y, self._expand(self.context, y.shape[0]),
                                           self._expand(self.step_inputs, y.shape[0]))
 
     def local_conditionals(self, sample: Tensor, *, chunk_size: int | None = None,
-                           candidates: Tensor | None = None) -> Tensor:
+                           candidates: Tensor | None = None, positions: Tensor | None = None,
+                           fill: float = 0.0) -> Tensor:
         """``(B, n, K)`` ``log p(y_i = c | y_{-i})`` (``K = k`` or the number of ``candidates`` per position).
 
-        ``chunk_size`` bounds the number of suffix rows run together (``B K`` per start position, at least one
-        position per group); smaller groups hold fewer activations at once.
+        Args:
+            sample: ``(B, n)`` long anchor sequences.
+            chunk_size: run at most about this many suffix rows together (rows are ``(b, i, c)`` triples in
+                order of ``i``); smaller chunks hold fewer activations at once.
+            candidates: optional ``(n, K)`` / ``(B, n, K)`` values per position (see :func:`local_conditionals`).
+            positions: optional ``(B, n)`` bool: compute the conditionals only where True (the work shrinks in
+                proportion); elsewhere the result is ``fill`` for every value.  With ``fill = 0`` (weight 1 for
+                every value) a position that a unit constraint fixes, and that the loss conditions on, contributes
+                exactly nothing (:func:`pseudosl.pseudo_semantic_loss` does this with ``condition=True``).
+            fill: the log-weight written at the positions left out.
         """
         dec = self.decoder
         sample = check_sample(sample, dec.n_values)
         b, n = sample.shape
         cand = _candidates(candidates, b, n, dec.n_values, sample.device)  # (B, n, K)
         k = cand.shape[-1]
-        with _mode(dec, self.dropout):
+        pos = _check_positions(positions, b, n, sample.device)
+        with exact_mode(dec, self.dropout):
             # 1. the sample, step by step, keeping every layer's state after every step
             x = dec.inputs(sample, self.step_inputs)  # (B, n, I)
             state = dec.initial_state(self.context, b)
@@ -219,57 +271,55 @@ class RecurrentEngine:
                 states.append(state)
             base = dec.head(torch.cat(tops, 1)).log_softmax(-1)  # (B, n, k)
             prior = base.gather(-1, cand)  # (B, n, K): log p(c | y_<i)
-            if n == 1:
-                return prior.log_softmax(-1)
-            suffix = self._suffixes(sample, cand, states, chunk_size)  # (B, n-1, K)
-        scores = prior + torch.cat([suffix, suffix.new_zeros(b, 1, k)], dim=1)
-        return scores.log_softmax(-1)
+            # 2. the neighbour suffixes (c, y_{i+1}, ..., y_{n-2}) from the state after step i
+            suffix = prior.new_zeros(b, n, k)
+            if n > 1:
+                states = _stack_states(states, dec.cell == "lstm")
+                rows = _suffix_rows(pos, b, n, k, sample.device)
+                fused = self.fused if self.fused is not None else sample.device.type == "cuda"
+                run = self._suffix_fused if fused else self._suffix_stepwise
+                for chunk in rows.chunks(chunk_size):
+                    suffix = suffix.index_put((chunk.b, chunk.i, chunk.j), run(sample, cand, states, chunk))
+        scores = (prior + suffix).log_softmax(-1)
+        if pos is None:
+            return scores
+        return torch.where(pos[..., None], scores, torch.full_like(scores, fill))
 
-    def _suffixes(self, y: Tensor, cand: Tensor, states: list[State], chunk_size: int | None) -> Tensor:
-        """``sum_{j > i} log p(y_j | y_<i, c, y_{i<.<j})`` for rows ``(b, i, c)``, ``i < n - 1``: ``(B, n-1, K)``.
-
-        Rows are ordered position-major, so at suffix step ``s`` the rows still running (those with
-        ``i < n - 1 - s``) are a prefix of the batch: the batch shrinks as the suffixes end.
-        """
-        b, n = y.shape
-        T = n - 1
-        per = b * cand.shape[-1]  # rows per start position
-        group = T if chunk_size is None else max(1, chunk_size // per)
-        out = [self._suffix_group(y, cand, states, i0, min(i0 + group, T)) for i0 in range(0, T, group)]
-        return torch.cat(out, dim=1)
-
-    def _suffix_group(self, y: Tensor, cand: Tensor, states: list[State], i0: int, i1: int) -> Tensor:
-        """Suffix log-likelihoods for start positions ``i0 <= i < i1``: ``(B, i1 - i0, K)``."""
+    # -- the suffix pass ---------------------------------------------------------------------
+    def _suffix_inputs(self, y: Tensor, cand: Tensor, states: list[Tensor], r: "_Rows") -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
+        """Padded inputs ``(R, T, I)``, targets ``(R, T)``, valid mask ``(R, T)`` and initial states per layer."""
         dec = self.decoder
-        b, n = y.shape
-        k = cand.shape[-1]
-        m, T = i1 - i0, n - 1 - i0  # positions in the group, longest suffix
-        dev = y.device
-        i = torch.arange(i0, i1, device=dev)[:, None]  # (m, 1)
-        s = torch.arange(T, device=dev)[None, :]  # (1, T)
-        tgt_pos = (i + 1 + s).clamp(max=n - 1)  # (m, T) position scored at suffix step s
-        prev = y[:, (i + s).clamp(max=n - 1)].permute(1, 0, 2)  # (m, B, T): previous value y_{i+s}
-        prev = prev[:, :, None, :].expand(m, b, k, T).clone()
-        prev[..., 0] = cand[:, i0:i1].permute(1, 0, 2)  # step 0 consumes the candidate c
-        rows = m * b * k
-        inp = F.one_hot(prev.reshape(rows, T), dec.n_values).to(dec.head.weight.dtype)  # (rows, T, k)
+        n = y.shape[1]
+        s = torch.arange(r.T, device=y.device)[None, :]  # (1, T)
+        at = (r.i[:, None] + s).clamp(max=n - 1)  # (R, T): position of the value consumed at suffix step s
+        prev = y[r.b[:, None], at]  # (R, T)
+        prev[:, 0] = cand[r.b, r.i, r.j]  # step 0 consumes the candidate c
+        tgt_pos = (r.i[:, None] + 1 + s).clamp(max=n - 1)  # (R, T): position scored at suffix step s
+        eye = torch.eye(dec.n_values, dtype=dec.head.weight.dtype, device=y.device)
+        inp = eye[prev]  # one-hot by indexing: no host synchronisation
         if dec.step_dim:
-            steps = self.step_inputs[:, tgt_pos].permute(1, 0, 2, 3)  # (m, B, T, step_dim)
-            steps = steps[:, :, None].expand(m, b, k, T, dec.step_dim).reshape(rows, T, dec.step_dim)
-            inp = torch.cat([inp, steps.to(inp.dtype)], dim=-1)
-        target = y[:, tgt_pos].permute(1, 0, 2)[:, :, None, :].expand(m, b, k, T).reshape(rows, T)
+            inp = torch.cat([inp, self.step_inputs[r.b[:, None], tgt_pos].to(inp.dtype)], dim=-1)
+        target = y[r.b[:, None], tgt_pos]
+        valid = s < (n - 1 - r.i)[:, None]
+        h0 = [st[r.i, :, r.b].transpose(0, 1).contiguous() for st in states]  # (L, R, H): state after step i of b
+        return inp, target, valid, h0
 
-        def start(st: list[Tensor]) -> Tensor:  # states after step i, (L, B, H) each -> (L, rows, H)
-            h = torch.stack(st[i0:i1], dim=1)  # (L, m, B, H)
-            return h[:, :, :, None].expand(-1, m, b, k, -1).reshape(h.shape[0], rows, -1)
+    def _suffix_fused(self, y: Tensor, cand: Tensor, states: list[Tensor], r: "_Rows") -> Tensor:
+        """``(R,)`` suffix log-likelihoods: one multi-layer recurrent call over padded suffixes."""
+        dec = self.decoder
+        inp, target, valid, h0 = self._suffix_inputs(y, cand, states, r)
+        out, _ = dec.rnn(inp, tuple(h0) if dec.cell == "lstm" else h0[0])  # (R, T, H)
+        logp = dec.head(out).log_softmax(-1).gather(-1, target[..., None]).squeeze(-1)  # (R, T)
+        return logp.masked_fill(~valid, 0.0).sum(1)
 
-        if dec.cell == "lstm":
-            hs = list(zip(start([st[0] for st in states]).unbind(0), start([st[1] for st in states]).unbind(0)))
-        else:
-            hs = list(start(list(states)).unbind(0))
+    def _suffix_stepwise(self, y: Tensor, cand: Tensor, states: list[Tensor], r: "_Rows") -> Tensor:
+        """``(R,)`` suffix log-likelihoods, step by step with the layer cells; rows are sorted by start
+        position, so the rows still running at step ``s`` are a prefix (``r.active[s]`` of them)."""
+        dec = self.decoder
+        inp, target, _, h0 = self._suffix_inputs(y, cand, states, r)
+        hs: list[State] = [(h0[0][l], h0[1][l]) if dec.cell == "lstm" else h0[0][l] for l in range(dec.num_layers)]
         tops, picks = [], []
-        for step in range(T):
-            active = (min(m, T - step)) * b * k  # rows with i < n - 1 - step
+        for step, active in enumerate(r.active):
             x = inp[:active, step]
             for layer in range(dec.num_layers):
                 if layer > 0 and dec.rnn.dropout and dec.rnn.training:
@@ -279,9 +329,62 @@ class RecurrentEngine:
             tops.append(x)
             picks.append(target[:active, step])
         logp = dec.head(torch.cat(tops)).log_softmax(-1).gather(-1, torch.cat(picks)[:, None]).squeeze(-1)
-        row = torch.cat([torch.arange(t.shape[0], device=dev) for t in tops])
-        total = logp.new_zeros(rows).index_add(0, row, logp)
-        return total.view(m, b, k).permute(1, 0, 2)
+        row = torch.cat([torch.arange(t.shape[0], device=y.device) for t in tops])
+        return logp.new_zeros(len(r.b)).index_add(0, row, logp)
+
+
+class _Rows:
+    """Suffix rows ``(b, i, j)`` (example, start position ``i < n - 1``, candidate index), sorted by ``i``.
+
+    ``active[s]`` = rows whose suffix is still running at step ``s`` (a prefix, as rows are sorted by ``i``),
+    kept on the host so the step loop never waits for the device; ``T`` = the longest suffix.
+    """
+
+    def __init__(self, b: Tensor, i: Tensor, j: Tensor, i_host: list[int], n: int) -> None:
+        self.b, self.i, self.j, self.n = b, i, j, n
+        self.i_host = i_host
+        self.T = n - 1 - i_host[0] if i_host else 0
+        self.active = [sum(1 for v in i_host if v < n - 1 - s) for s in range(self.T)] if i_host else []
+
+    def chunks(self, size: int | None) -> Iterator["_Rows"]:
+        """Consecutive row ranges of about ``size`` rows (whole start positions where possible)."""
+        total = len(self.i_host)
+        if size is not None and (not isinstance(size, int) or size < 1):
+            raise ValueError(f"chunk_size must be a positive int or None, got {size!r}")
+        step = total if size is None else size
+        for a in range(0, total, step):
+            z = min(a + step, total)
+            yield _Rows(self.b[a:z], self.i[a:z], self.j[a:z], self.i_host[a:z], self.n)
+
+
+def _suffix_rows(pos: Tensor | None, b: int, n: int, k: int, device: torch.device) -> _Rows:
+    """All suffix rows, position-major: for ``i`` in ``0 .. n-2``, every example ``b`` (where ``pos[b, i]``), every candidate."""
+    if pos is None:
+        i = torch.arange(n - 1).repeat_interleave(b * k)
+        bb = torch.arange(b).repeat_interleave(k).repeat(n - 1)
+    else:
+        bi = pos[:, :n - 1].t().nonzero().cpu()  # (M, 2) = (i, b), sorted by i; one host synchronisation
+        i, bb = bi[:, 0].repeat_interleave(k), bi[:, 1].repeat_interleave(k)
+    j = torch.arange(k).repeat(len(i) // k if k else 0)
+    i_host = i.tolist()
+    return _Rows(bb.to(device), i.to(device), j.to(device), i_host, n)
+
+
+def _stack_states(states: list[State], lstm: bool) -> list[Tensor]:
+    """Per-step states ``[(L, B, H)] * n`` (pairs for LSTM) -> ``[(n, L, B, H)]`` (``[h, c]`` for LSTM)."""
+    if lstm:
+        return [torch.stack([s[0] for s in states]), torch.stack([s[1] for s in states])]
+    return [torch.stack(states)]
+
+
+def _check_positions(positions: Tensor | None, b: int, n: int, device: torch.device) -> Tensor | None:
+    if positions is None:
+        return None
+    if not isinstance(positions, Tensor) or positions.dtype != torch.bool:
+        raise TypeError("positions must be a bool tensor of shape (B, n)")
+    if positions.shape != (b, n):
+        raise ValueError(f"positions must have the sample's shape ({b}, {n}); got {tuple(positions.shape)}")
+    return positions.to(device)
 
 
 def _take(state: State, rows: int) -> State:

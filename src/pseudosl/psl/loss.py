@@ -20,6 +20,7 @@ which is ``-log p~(not alpha and allowed)``).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +78,11 @@ def sample_satisfies(circuit: Circuit, values: Tensor, allowed: Tensor | None = 
     return ok.all(-1) if ok.dim() == 2 else ok
 
 
+def _takes_positions(model: Any) -> bool:
+    fn = getattr(model, "local_conditionals", None)
+    return fn is not None and "positions" in inspect.signature(fn).parameters
+
+
 def _check_against_circuit(model: Any, circuit: Circuit, sample: Tensor) -> Tensor:
     """Name a mismatch between the sample, the model and the circuit before the model runs."""
     if not isinstance(circuit, Circuit):
@@ -117,6 +123,9 @@ def pseudo_semantic_loss(model: Any, circuit: Circuit, sample: Tensor, reduction
         return_diagnostics: also return a :class:`PSLDiagnostics`.
         negate: minimise ``p~(alpha)`` instead: ``L = -log(1 - p~(alpha))`` (see module docs).
         condition: condition on ``allowed`` instead of conjoining it: ``L = -sum_r log p~(alpha_r | allowed)``.
+            A position where ``allowed`` leaves one value then contributes nothing, whatever its conditional,
+            so engines that take ``positions`` (:class:`RecurrentEngine`) compute only the others (for a
+            Sudoku with 10 blanks, 10 of 81 positions: ~8x less work), with the same value and gradients.
         **kw: forwarded to the conditionals (``chunk_size``, ``candidates``, ``n_values`` ...).
 
     Example:
@@ -139,6 +148,10 @@ def pseudo_semantic_loss(model: Any, circuit: Circuit, sample: Tensor, reduction
         empty = per_example.detach()
         return loss, PSLDiagnostics(satisfied=empty.bool(), p_constraint=empty, entropy=empty, loss=empty,
                                     conditionals=empty.new_zeros(0, circuit.n_vars, circuit.n_values))
+    if condition and allowed is not None and "positions" not in kw and _takes_positions(model):
+        # a position where ``allowed`` leaves one value contributes a factor q(a)/q(a) = 1 whatever its
+        # conditional: compute the conditionals only where there is a choice (e.g. a Sudoku's blanks)
+        kw["positions"] = allowed.sum(-1) > 1
     cond = conditionals_of(model, sample, **kw)  # (B, n, k)
     per_example = -product_log_prob(circuit, cond, allowed, negate=negate, condition=condition)  # (B,)
     loss = reduce_loss(per_example, reduction)

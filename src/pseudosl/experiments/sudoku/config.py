@@ -39,8 +39,10 @@ class SudokuConfig(RunConfig):
     sl_weight: float = spec(0.05, min=0.0, help="ConvNet + SL: weight of the semantic loss")
     psl_weight: float = spec(0.05, min=0.0, help="RNN + PSL: weight of the pseudo-semantic loss (paper: 0.01, 0.05)")
     psl_examples: int | None = spec(None, min=1, help="PSL on the first m examples of each batch (default: all)")
-    condition_on_givens: bool = spec(False, help="SL/PSL condition on the givens instead of conjoining them "
-                                               "(drops the -log P(givens) term)")
+    givens: str = spec("conjoin", choices=("conjoin", "condition", "ignore"),
+                       help="how the SL/PSL treat the givens: conjoin (-log P(givens) - sum_g log P(g | givens)), "
+                            "condition (-sum_g log P(g | givens); the PSL then needs only the blanks' conditionals) "
+                            "or ignore (-sum_g log P(g), the paper's code)")
     augment: bool = spec(False, help="train on a random Sudoku symmetry of every puzzle (relabel digits, permute "
                                      "rows/columns within bands/stacks, bands, stacks, transpose)")
     # models

@@ -80,9 +80,9 @@ class Objective(nn.Module):
         loss = ce
         if not constrained:  # warm-up epochs before cfg.constraint_start_epoch: cross-entropy only
             return loss, parts
+        condition = self.cfg.givens == "condition"
         if self.name == "convnet_sl":
-            sl = pseudosl.semantic_loss(self.circuit, logits, allowed=givens_mask(puzzles),
-                                        condition=self.cfg.condition_on_givens)
+            sl = pseudosl.semantic_loss(self.circuit, logits, allowed=self._allowed(puzzles), condition=condition)
             loss = loss + self.cfg.sl_weight * sl
             parts["sl"] = sl.detach()
         elif self.name == "rnn_psl":
@@ -91,11 +91,16 @@ class Objective(nn.Module):
             sample = self.model.generate(p, greedy=False)                 # y ~ p(. | x, givens kept) (train mode), (m, 81)
             # the pseudo-semantic loss: the semantic loss of the local conditionals p(y_i | y_-i, x),
             # (m, 81, 9), computed by the prefix-reusing recurrent engine; circuit values are digits - 1
+            # (with givens = "condition" the engine computes the conditionals of the blank cells only)
             psl = pseudosl.pseudo_semantic_loss(self.model.engine(p), self.circuit, sample - 1,
-                                                allowed=givens_mask(p), condition=self.cfg.condition_on_givens)
+                                                allowed=self._allowed(p), condition=condition)
             loss = loss + self.cfg.psl_weight * psl
             parts["psl"] = psl.detach()
         return loss, parts
+
+    def _allowed(self, puzzles: Tensor) -> Tensor | None:
+        """The givens as unit constraints of the SL/PSL, or ``None`` when the loss ignores them."""
+        return None if self.cfg.givens == "ignore" else givens_mask(puzzles)
 
 
 # -- evaluation ------------------------------------------------------------------------------------
