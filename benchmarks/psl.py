@@ -1,6 +1,7 @@
 """Pseudo-semantic loss: fast neighbour engines vs the naive full expansion, side by side in one process.
 
-    python benchmarks/psl.py [--device cpu|cuda] [--quick] [--reps 3] [--threads 1] [--case all|lstm|gpt2]
+    python benchmarks/psl.py [--device cpu|cuda] [--quick] [--reps 3] [--threads 1] [--case all|lstm|gpt2|sudoku]
+                             [--sudoku-batch 64] [--naive]
 
 One loss-and-backward step per engine, warm median over ``--reps`` runs after one warm-up:
 
@@ -12,6 +13,9 @@ One loss-and-backward step per engine, warm median over ``--reps`` runs after on
     naive = generic ``local_conditionals`` over the same 450 candidates: all 4500 neighbour sequences
     through the full model with full-vocab logits; engine = :class:`CausalLMEngine` (KV-cache reuse),
     also with ``recompute=True`` (one checkpointed chunk per position).
+(c) the Sudoku RNN + PSL training step (see :func:`bench_sudoku_step`): the engine step by step, fused,
+    with the givens conditioned on (blank cells only), optionally the naive expansion, and the floor of
+    one fused multi-layer RNN call over all suffixes (the target on one H100: <= 60 ms per step at B = 64).
 
 Work counted first: neighbour token-steps, naive ``B K n (P + n)`` vs engine ``B K n (n - 1) / 2``
 (+ the one pass over the sample).  Memory: on CUDA ``torch.cuda.max_memory_allocated``; on CPU the
@@ -155,12 +159,71 @@ def bench_gpt2(device: torch.device, reps: int, quick: bool) -> list[tuple]:
             (name + " recompute", work_naive, work_eng, t_n, t_r, m_n, m_r)]
 
 
+def bench_sudoku_step(device: torch.device, reps: int, batch: int, naive: bool) -> list[tuple]:
+    """(c) The Sudoku RNN + PSL training step: the experiment's SudokuRNN (Elman, 5 x 128, dropout 0.2,
+    train mode), ``batch`` puzzles with 10 blanks, the PSL on every example, forward + backward.
+
+    Rows: the engine step by step / fused, with ``givens = "condition"`` (blanks only), the naive
+    expansion (``naive``), and the fused-call floor: one multi-layer ``nn.RNN`` call over the
+    ``batch * 80 * 9`` suffixes padded to 80 steps (forward + backward of the recurrence alone).
+    """
+    from pseudosl.experiments.sudoku.constraint import givens_mask, sudoku_circuit as circuit_of
+    from pseudosl.experiments.sudoku.data import generate
+    from pseudosl.experiments.sudoku.models import SudokuRNN
+    torch.manual_seed(0)
+    model = SudokuRNN().to(device).train()
+    circuit = circuit_of().to(device)
+    data = generate(batch, seed=0)
+    puzzles = data.puzzles.to(device)
+    allowed = givens_mask(puzzles)
+    y = model.generate(puzzles, greedy=False) - 1
+    ctx, steps = model.conditioning(puzzles)
+    n, k = 81, 9
+    rows = []
+
+    def step(engine_kw: dict, condition: bool = False):
+        def run():
+            model.zero_grad(set_to_none=True)
+            eng = model.decoder.engine(ctx, steps, **engine_kw)
+            pseudo_semantic_loss(eng, circuit, y, allowed=allowed, condition=condition).backward()
+        return run
+
+    blanks = int((puzzles == 0).sum())
+    work_all, work_free = batch * k * n * (n - 1) // 2, blanks * k * (n - 1)  # suffix token-steps (upper bound)
+    for label, kw, cond, work in (("engine step-by-step", {"fused": False}, False, work_all),
+                                  ("engine fused", {"fused": True}, False, work_all),
+                                  ("engine, givens=condition", {}, True, work_free)):
+        t, m = timed(step(kw, cond), device, reps)
+        rows.append((f"(c) Sudoku step B={batch}: {label}", work, t, m))
+    if naive:
+        def run_naive():
+            model.zero_grad(set_to_none=True)
+            eng = model.decoder.engine(ctx, steps)
+            pseudo_semantic_loss(lambda s: eng(s), circuit, y, allowed=allowed).backward()
+        t, m = timed(run_naive, device, reps)
+        rows.append((f"(c) Sudoku step B={batch}: naive expansion", batch * k * n * n, t, m))
+    rnn = model.decoder.rnn
+    R, T = batch * (n - 1) * k, n - 1
+    x = torch.randn(R, T, rnn.input_size, device=device)
+    h0 = torch.randn(rnn.num_layers, R, rnn.hidden_size, device=device, requires_grad=True)
+
+    def floor():
+        out, _ = rnn(x, h0)
+        out.sum().backward()
+    t, m = timed(floor, device, reps)
+    rows.append((f"(c) Sudoku step B={batch}: fused-call floor ({R} rows x {T})", R * T, t, m))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="smaller batch / model, one timed rep")
-    ap.add_argument("--case", choices=["all", "lstm", "gpt2"], default="all")
+    ap.add_argument("--case", choices=["all", "lstm", "gpt2", "sudoku"], default="all")
+    ap.add_argument("--sudoku-batch", type=int, default=None,
+                    help="puzzles in the Sudoku training-step case (default 64 on CUDA, 4 on a CPU)")
+    ap.add_argument("--naive", action="store_true", help="also time the naive expansion in the Sudoku case")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 avoids oversubscription "
                     "when the machine is shared)")
     args = ap.parse_args()
@@ -173,6 +236,15 @@ def main() -> None:
           + ("cuda max_memory_allocated growth" if device.type == "cuda" else "bytes saved for backward"))
     rows = (bench_lstm(device, reps, args.quick) if args.case in ("all", "lstm") else []) + \
         (bench_gpt2(device, reps, args.quick) if args.case in ("all", "gpt2") else [])
+    if args.case in ("all", "sudoku"):
+        batch = args.sudoku_batch or (64 if device.type == "cuda" else 4)
+        srows = bench_sudoku_step(device, reps, batch, args.naive)
+        floor = srows[-1][2]
+        print(f"{'Sudoku training step (c)':62s} {'token-steps':>12s} {'ms/step':>9s} {'x floor':>8s} {'MB':>9s}")
+        for name, work, t, m in srows:
+            print(f"{name:62s} {work:12d} {t * 1e3:9.1f} {t / floor:8.2f} {m / 2**20:9.1f}")
+        if args.case == "sudoku":
+            return
     hdr = (f"{'case':50s} {'steps naive':>12s} {'steps eng':>10s} {'theory x':>8s} {'naive s':>8s} {'engine s':>8s}"
            f" {'speed x':>7s} {'naive MB':>9s} {'engine MB':>9s} {'mem x':>6s}")
     print(hdr)
