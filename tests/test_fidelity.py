@@ -82,7 +82,8 @@ def test_exact_matches_independent_enumeration(n, k, seed):
             model.logits[torch.randperm(k ** n, generator=torch.Generator().manual_seed(0))[: k ** n // 4]] = -math.inf
     table = model.table().detach()
     ys = torch.as_tensor(oracle.assignments(n, k))
-    sample = ys[torch.multinomial(table.exp().flatten(), 4, replacement=True, generator=torch.Generator().manual_seed(seed))]
+    g = torch.Generator().manual_seed(seed)
+    sample = ys[torch.multinomial(table.exp().flatten(), 4, replacement=True, generator=g)]
     ref = _reference(table.numpy(), sample.numpy())
     _check_exact(local_fidelity(model, sample), ref)
     _check_exact(local_fidelity(lambda y: model(y), sample, n_values=k, chunk_size=7), ref)  # bare log_joint, chunked
@@ -185,6 +186,8 @@ def test_errors():
         local_fidelity(model, y, exact=False, n_mc=4, sampler=lambda m: torch.zeros(m, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="not normalised"):
         local_fidelity(lambda s: torch.zeros(s.shape[0], dtype=torch.float64), y, n_values=2)
+    with pytest.raises(ValueError, match="n_values=3 differs from the model's n_values=2"):
+        local_fidelity(model, y, n_values=3)
     with pytest.raises(ValueError, match="n_values must be an int >= 2"):
         local_fidelity(lambda s: model(s), y)
     with pytest.raises(TypeError, match="log_joint callable"):

@@ -27,7 +27,8 @@ def tiny_lm(tmp_path_factory):
     transformers.GPT2LMHeadModel(cfg).save_pretrained(folder)
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", unk_token="<unk>").save_pretrained(folder)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", unk_token="<unk>")
+    fast.save_pretrained(folder)
     return folder
 
 

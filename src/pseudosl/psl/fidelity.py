@@ -142,7 +142,10 @@ def _check_model(model: Any, n_values: int | None) -> int:
     if getattr(model, "dropout", False) is True:
         raise ValueError("this engine keeps dropout on (dropout=True): a stochastic model has no single p; "
                          "build the engine with dropout=False")
-    k = n_values if n_values is not None else getattr(model, "n_values", None)
+    own = getattr(model, "n_values", None)
+    if n_values is not None and own is not None and n_values != own:
+        raise ValueError(f"n_values={n_values!r} differs from the model's n_values={own}; leave n_values=None")
+    k = n_values if n_values is not None else own
     if not isinstance(k, int) or k < 2:
         raise ValueError(f"n_values must be an int >= 2 (pass n_values=k for a log_joint without an n_values "
                          f"attribute); got {k!r}")
@@ -171,7 +174,8 @@ def _exact(model: Any, cond: Tensor, k: int, chunk_rows: int) -> tuple[Tensor, T
     log_z = logp.logsumexp(-1)
     if (log_z.abs() > _NORM_ATOL).any():
         raise ValueError(f"the model is not normalised over the {k ** n} sequences of length {n}: log sum p = "
-                         f"{log_z.tolist()} (nats); local_fidelity needs p to be a distribution over length-n sequences")
+                         f"{log_z.tolist()} (nats); local_fidelity needs p to be a distribution over "
+                         "length-n sequences")
     entropy = _entropy(logp)
     log_q = cond[:, torch.arange(n, device=cond.device), grid].sum(-1)  # (B, k**n): log p~(y~)
     kl = torch.where(log_q > float("-inf"), log_q.exp() * (log_q - logp), torch.zeros_like(log_q)).sum(-1)
@@ -274,7 +278,7 @@ def _monte_carlo(model: Any, cond: Tensor, n_mc: int, sampler: Sampler | None, g
         if steps is None:
             neg_logp.append(-_scores(model, y, chunk_rows))
             continue
-        pos.append(_entropy(steps(y.reshape(-1, n)).double()).view(b, m, n))  # H(p(. | y_<i)), (B, m, n)
+        pos.append(_entropy(steps(y.reshape(-1, n))).double().view(b, m, n))  # H(p(. | y_<i)), (B, m, n)
     if pos:
         per_draw = torch.cat(pos, 1)  # (B, M, n)
         h, h_se = _mean_se(per_draw.sum(-1))
