@@ -112,10 +112,10 @@ def format_report(fid: Fidelity, run: FidelityRun) -> str:
     how = "exact (enumeration)" if fid.method == "exact" else f"Monte-Carlo, {fid.n_mc} draws per anchor"
     lines = [f"fidelity of the local approximation: {run.source}",
              f"anchors: {run.anchors_from}; n = {run.anchors.shape[1]}; {how}",
-             f"{'':32}{'ours: mean ± std over anchors':>34}{'mean s.e.':>11}{'paper (GPT-2)':>15}"]
+             f"{'bits':32}{'ours: mean ± std over anchors':>31}{'mean s.e.':>11}{'paper (GPT-2)':>15}"]
     for key, label in ROWS.items():
-        lines.append(f"{label:32}{s[key]['mean']:>23.2f} ± {s[key]['std']:<7.2f} bits{s[key]['se']:>9.2f}"
-                     f"{PAPER[key]:>15.2f}")
+        ours = f"{s[key]['mean']:.2f} ± {s[key]['std']:.2f}"
+        lines.append(f"{label:32}{ours:>31}{s[key]['se']:>11.2f}{PAPER[key]:>15.2f}")
     return "\n".join(lines)
 
 
@@ -129,10 +129,10 @@ def plot_positions(fid: Fidelity, path: str | Path, title: str = "") -> None:
     x = list(range(n))
     fig, ax = plt.subplots(figsize=(max(5.0, 0.12 * n + 3), 3.6))
     if fid.entropy_model_positions is not None:
-        ax.plot(x, fid.entropy_model_positions.mean(0).cpu(), "o-" if n <= 20 else "-",
-                label="model: H(y_i | y_<i)")
-    ax.plot(x, fid.entropy_local_positions.mean(0).cpu(), "s-" if n <= 20 else "-",
-            label="local approximation: H(y_i | y_-i)")
+        model = fid.entropy_model_positions.mean(0).cpu()
+        ax.plot(x, model, "o-" if n <= 20 else "-", label=f"model: H(y_i | y_<i)  (sum {model.sum():.2f})")
+    local = fid.entropy_local_positions.mean(0).cpu()
+    ax.plot(x, local, "s-" if n <= 20 else "-", label=f"local approximation: H(y_i | y_-i)  (sum {local.sum():.2f})")
     ax.set(xlabel="position i", ylabel="entropy (bits)", title=title or "per-position entropy, mean over anchors")
     ax.set_ylim(bottom=0)
     ax.legend()
