@@ -93,3 +93,20 @@ def test_sudoku_checkpoint(tmp_path, capsys):
         with pytest.raises(SystemExit) as e:
             cli_main(["fidelity", *argv, "--out", str(tmp_path / "x")])
         assert e.value.code == 2 and msg in capsys.readouterr().err
+
+
+def test_hf_model_without_tokenizer(tiny_lm, tmp_path, capsys):
+    """A folder with the model only: the prompt is the config's BOS token; --text needs a tokenizer."""
+    import shutil
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in tiny_lm.iterdir():
+        if f.name.startswith(("config", "model", "generation")):
+            shutil.copy(f, bare / f.name)
+    _run(["fidelity", "--hf-model", str(bare), "--length", "2", "--n-examples", "1", "--out", str(tmp_path / "o")],
+         capsys)
+    assert json.loads((tmp_path / "o" / "fidelity.json").read_text())["method"] == "exact"
+    (tmp_path / "t.txt").write_text("the cat")
+    with pytest.raises(SystemExit) as e:
+        cli_main(["fidelity", "--hf-model", str(bare), "--text", str(tmp_path / "t.txt"), "--out", str(tmp_path / "x")])
+    assert e.value.code == 2 and "needs a tokenizer" in capsys.readouterr().err

@@ -52,9 +52,11 @@ class FidelityRun:
 def checkpoint_inputs(path: str | Path, n_examples: int, device: str) -> FidelityRun:
     """The checkpoint's model (best on validation when there is one) on its experiment's test inputs."""
     from ..cli import experiment
-    from .harness import load_checkpoint
+    from .harness import CheckpointError, load_checkpoint
     ckpt = load_checkpoint(Path(path))
-    exp = experiment(ckpt.get("experiment", "sudoku"))
+    if "experiment" not in ckpt:
+        raise CheckpointError(f"{path}: the checkpoint does not name its experiment")
+    exp = experiment(ckpt["experiment"])
     cfg = exp.config_class(**ckpt["config"])
     model = exp.build_model(ckpt["model_name"], cfg)
     model.load_state_dict(ckpt.get("best_model") or ckpt["model"])
@@ -77,15 +79,17 @@ def hf_inputs(name: str, length: int, n_examples: int, device: str, text: str | 
         model = AutoModelForCausalLM.from_pretrained(name).to(device).eval()
     except OSError as e:  # not a local folder, and not on the hub (or offline)
         raise ValueError(f"--hf-model {name}: cannot load a causal LM ({e})") from None
+    vocab = model.get_output_embeddings().weight.shape[0]
     try:
         tok = AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError, TypeError):
+        tok = None
+    if tok is not None and not 1 < len(tok) <= vocab:  # e.g. the empty tokenizer made for a folder without one
         tok = None
     bos = tok.bos_token_id if tok is not None and tok.bos_token_id is not None else model.config.bos_token_id
     if bos is None:
         raise ValueError(f"{name}: neither its tokenizer nor its config names a BOS token for the prompt")
     prompt = torch.full((n_examples, 1), bos, dtype=torch.long, device=device)
-    vocab = model.get_output_embeddings().weight.shape[0]
     engine = CausalLMEngine(model, prompt, max_neighbours_per_chunk=512)
     chunk = max(1, (1 << 26) // (length * vocab))  # rows per call: ~256 MB of float32 logits
     if text is None:
