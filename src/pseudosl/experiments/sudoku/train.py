@@ -159,7 +159,7 @@ class SudokuExperiment(Experiment[SudokuConfig]):
         from .plots import plot_grids
         plot_grids(test, predictions, path, labels=LABELS)
 
-    def fidelity_inputs(self, model: nn.Module, test: SudokuData, n_examples: int):
+    def fidelity_inputs(self, model: nn.Module, test: SudokuData, n_examples: int) -> tuple[Any, Tensor, str]:
         """The RNN's engine on the first test puzzles; anchors = its own samples with the givens kept (as the
         PSL's, in eval mode), circuit values = digits - 1."""
         if not isinstance(model, SudokuRNN):
