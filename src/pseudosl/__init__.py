@@ -13,22 +13,26 @@ from .logic.sdd import SddFormatError
 from .losses import constraint_entropy, constraint_log_prob, semantic_loss
 from .psl import (
                   CausalLMEngine,
+                  Fidelity,
                   PSLDiagnostics,
                   RecurrentDecoder,
                   RecurrentEngine,
                   ValueMap,
                   local_conditionals,
+                  local_fidelity,
                   pseudo_semantic_loss,
                   sample_autoregressive,
 )
 
 __all__ = [
     "CausalLMEngine",
+    "Fidelity",
     "PSLDiagnostics",
     "RecurrentDecoder",
     "RecurrentEngine",
     "ValueMap",
     "local_conditionals",
+    "local_fidelity",
     "pseudo_semantic_loss",
     "sample_autoregressive",
     "And",

@@ -1,4 +1,4 @@
-"""The ``pseudosl`` command line: ``pseudosl <experiment> train|eval``.
+"""The ``pseudosl`` command line: ``pseudosl <experiment> train|eval``, ``pseudosl reproduce``, ``pseudosl fidelity``.
 
 Every experiment registers itself in :data:`EXPERIMENTS` (its name, a one-line help, and where to
 import its :class:`~pseudosl.experiments.harness.Experiment` and presets).  The ``train`` flags are
@@ -124,13 +124,59 @@ def _add_reproduce(sub: argparse._SubParsersAction) -> None:
         a.mode, a.report, a.only, a.runs))
 
 
+def _add_fidelity(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fidelity", help="entropy of the model, of the local approximation, and their KL (paper §5)",
+                       description="How close is the PSL's local approximation p~_y to the model p? Prints "
+                                   "H(p), H(p~_y) and KL(p~_y || p) in bits (exact where k^n is small, else "
+                                   "Monte-Carlo) beside the paper's GPT-2 numbers; writes fidelity.json and "
+                                   "fidelity_positions.png to --out. See docs/psl.md.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoint", type=Path, help="a harness checkpoint of an autoregressive model, e.g. "
+                                                     "runs/sudoku/<run>/rnn-seed0/checkpoint.pt")
+    src.add_argument("--hf-model", help="a Hugging Face causal LM: hub name or local folder (from_pretrained)")
+    p.add_argument("--length", type=int, help="--hf-model: tokens per window (default 10)")
+    p.add_argument("--text", type=Path, help="--hf-model: take the windows from this text file instead of sampling")
+    p.add_argument("--n-examples", type=int, default=8, help="anchors (default 8)")
+    p.add_argument("--n-mc", type=int, default=1000, help="Monte-Carlo draws per anchor (default 1000)")
+    p.add_argument("--method", choices=["auto", "exact", "mc"], default="auto",
+                   help="auto (default): exact enumeration iff k^n <= 16384, else Monte-Carlo")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", help="torch device (default cuda when available, else cpu)")
+    p.add_argument("--out", type=Path, default=Path("runs/fidelity"),
+                   help="folder for fidelity.json and fidelity_positions.png (replaced; default runs/fidelity)")
+    p.set_defaults(func=_fidelity)
+
+
+def _fidelity(args: argparse.Namespace) -> None:
+    import torch
+
+    from .experiments.fidelity import checkpoint_inputs, format_report, hf_inputs, run_fidelity
+    if args.n_examples < 1:
+        raise ValueError(f"--n-examples must be >= 1, got {args.n_examples}")
+    if args.checkpoint is not None and (args.length is not None or args.text is not None):
+        raise ValueError("--length and --text apply to --hf-model only (a checkpoint fixes n)")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(args.seed)
+    gen = torch.Generator(device).manual_seed(args.seed)
+    if args.checkpoint is not None:
+        run = checkpoint_inputs(args.checkpoint, args.n_examples, device)
+    else:
+        run = hf_inputs(args.hf_model, 10 if args.length is None else args.length, args.n_examples, device,
+                        args.text, gen)
+    exact = {"auto": None, "exact": True, "mc": False}[args.method]
+    result = run_fidelity(run, args.out, n_mc=args.n_mc, exact=exact, generator=gen)
+    print(result["report"])
+    print(f"wrote {args.out / 'fidelity.json'} and {args.out / 'fidelity_positions.png'}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pseudosl", description="Semantic and pseudo-semantic losses: experiments")
-    commands = [*EXPERIMENTS, "reproduce"]
+    commands = [*EXPERIMENTS, "reproduce", "fidelity"]
     sub = parser.add_subparsers(dest="experiment", required=True, metavar="{" + ",".join(commands) + "}")
     for name in EXPERIMENTS:
         _add_experiment(sub, name)
     _add_reproduce(sub)
+    _add_fidelity(sub)
     return parser
 
 

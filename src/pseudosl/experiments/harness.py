@@ -99,6 +99,11 @@ class Experiment(abc.ABC, Generic[C]):
     def plot_examples(self, test: Any, predictions: dict[str, Any], path: Path) -> None:
         """Optional figure of a few test predictions per model (the first seed of each)."""
 
+    def fidelity_inputs(self, model: nn.Module, test: Any, n_examples: int) -> tuple[Any, Tensor, str]:
+        """For ``pseudosl fidelity`` (autoregressive models): an engine bound to the first ``n_examples`` test
+        inputs, the ``(B, n)`` anchors to approximate around, and how the anchors were drawn (one line)."""
+        raise ValueError(f"pseudosl fidelity does not support the {self.name} experiment (no autoregressive model)")
+
 
 # -- seeds and RNG state --------------------------------------------------------------------------
 def _seed_all(seed: int) -> None:

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .decoder import _mode
+from .decoder import exact_mode
 from .neighbours import check_sample
 
 __all__ = ["CausalLMEngine", "ValueMap", "head_logsumexp"]
@@ -189,14 +189,18 @@ class CausalLMEngine:
 
     def __call__(self, y: Tensor) -> Tensor:
         """Naive ``log p(y | prompt)``, ``(N,)``: one full forward pass over prompt + ``y`` with full-vocab logits."""
+        return self.step_log_probs(y).gather(-1, y.unsqueeze(-1)).squeeze(-1).sum(-1)
+
+    def step_log_probs(self, y: Tensor) -> Tensor:
+        """``(N, n, V)`` next-token log-probabilities ``log p(. | x, y_<t)`` for ``t < n`` (``y (N, n)``, rows grouped
+        by prompt, example-major); one full forward pass over prompt + ``y``."""
         y = check_sample(y, self.vocab_size, "y")
         prompt, mask = self._context(y.shape[0])
         ids, mask = torch.cat([prompt, y], 1), torch.cat([mask, torch.ones_like(y)], 1)
-        with _mode(self.model, self.dropout):
+        with exact_mode(self.model, self.dropout):
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits
         p = prompt.shape[1]
-        logp = logits[:, p - 1:-1].log_softmax(-1)  # logits at t score token t + 1
-        return logp.gather(-1, y.unsqueeze(-1)).squeeze(-1).sum(-1)
+        return logits[:, p - 1:-1].log_softmax(-1)  # logits at t score token t + 1
 
     @torch.no_grad()
     def sample(self, length: int, *, temperature: float = 1.0, top_p: float | None = None, greedy: bool = False,
@@ -220,7 +224,7 @@ class CausalLMEngine:
         ids, mask = torch.cat([prompt, sample], 1), torch.cat([pmask, torch.ones_like(sample)], 1)
         pos = _positions(mask)
         chunk = chunk_size or self.chunk
-        with _mode(self.model, self.dropout):
+        with exact_mode(self.model, self.dropout):
             out = self.base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
             hid = out.last_hidden_state  # (B, P+n, H)
             kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]

@@ -203,9 +203,6 @@ def exact_mode(module: nn.Module, dropout: bool = False) -> Iterator[None]:
             m.training = t
 
 
-_mode = exact_mode  # the engines' name for it
-
-
 class RecurrentEngine:
     """Exact local conditionals of a :class:`RecurrentDecoder` with prefix reuse (see module docs).
 
@@ -234,9 +231,14 @@ class RecurrentEngine:
         return t.repeat_interleave(n_rows // t.shape[0], dim=0)
 
     def __call__(self, y: Tensor) -> Tensor:
+        """``log p(y | x)``, ``(N,)`` for ``y (N, n)`` grouped by example (example-major)."""
+        return self.step_log_probs(y).gather(-1, y.unsqueeze(-1)).squeeze(-1).sum(-1)
+
+    def step_log_probs(self, y: Tensor) -> Tensor:
+        """``(N, n, k)`` next-value log-probabilities ``log p(. | x, y_<t)`` for ``y (N, n)`` grouped by example."""
         with exact_mode(self.decoder, self.dropout):
-            return self.decoder.log_joint(y, self._expand(self.context, y.shape[0]),
-                                          self._expand(self.step_inputs, y.shape[0]))
+            return self.decoder.step_logits(y, self._expand(self.context, y.shape[0]),
+                                            self._expand(self.step_inputs, y.shape[0])).log_softmax(-1)
 
     def local_conditionals(self, sample: Tensor, *, chunk_size: int | None = None,
                            candidates: Tensor | None = None, positions: Tensor | None = None,

@@ -164,6 +164,18 @@ class SudokuExperiment(Experiment[SudokuConfig]):
         from .plots import plot_grids
         plot_grids(test, predictions, path, labels=LABELS)
 
+    def fidelity_inputs(self, model: nn.Module, test: SudokuData, n_examples: int) -> tuple[Any, Tensor, str]:
+        """The RNN's engine on the first test puzzles; anchors = its own samples with the givens kept (as the
+        PSL's, in eval mode), circuit values = digits - 1."""
+        if not isinstance(model, SudokuRNN):
+            raise ValueError("pseudosl fidelity needs an autoregressive model (rnn, rnn_psl); this checkpoint "
+                             f"holds a {type(model).__name__}")
+        if not 1 <= n_examples <= len(test):
+            raise ValueError(f"--n-examples must lie in 1..{len(test)} (test puzzles), got {n_examples}")
+        p = test.puzzles[:n_examples].to(model.decoder.head.weight.device)
+        how = f"the model's samples on the first {n_examples} test puzzles (givens kept, eval mode)"
+        return model.engine(p), model.generate(p, greedy=False) - 1, how
+
 
 def main(cfg: SudokuConfig, resume: bool = False, overwrite: bool = False) -> dict:
     """Train every model in ``cfg.models`` for every seed, then write results, table and figures."""
