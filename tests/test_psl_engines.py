@@ -320,3 +320,18 @@ def test_recurrent_engine_on_cuda_matches_cpu(train, fused):
                                                             steps.cuda().repeat_interleave(len(s) // 2, 0)),
                                 circuit_gpu, y.cuda())
     slow.backward()  # the generic path with the decoder's own log_joint, eval or train mode
+
+
+def test_low_precision_suffixes_stay_close_to_float32():
+    torch.set_default_dtype(torch.float32)
+    torch.manual_seed(0)
+    dec = RecurrentDecoder(4, 12, 16, num_layers=2, cell="rnn", context_dim=3)
+    ctx = torch.randn(3, 3)
+    y = dec.sample(ctx)
+    for fused in (True, False):
+        ref = dec.engine(ctx, fused=fused).local_conditionals(y)
+        low = dec.engine(ctx, fused=fused, suffix_dtype=torch.bfloat16).local_conditionals(y)
+        assert low.dtype == torch.float32 and not torch.equal(low, ref)
+        assert (low.exp() - ref.exp()).abs().max() < 0.02
+    with pytest.raises(ValueError, match="suffix_dtype"):
+        dec.engine(ctx, suffix_dtype=torch.int8)

@@ -155,9 +155,10 @@ class RecurrentDecoder(nn.Module):
         return torch.stack(out, dim=1)
 
     def engine(self, context: Tensor | None = None, step_inputs: Tensor | None = None, *,
-               dropout: bool = False, fused: bool | None = None) -> "RecurrentEngine":
+               dropout: bool = False, fused: bool | None = None,
+               suffix_dtype: torch.dtype | None = None) -> "RecurrentEngine":
         """A :class:`RecurrentEngine` bound to this context (usable as ``model`` of the loss and as ``log_joint``)."""
-        return RecurrentEngine(self, context, step_inputs, dropout=dropout, fused=fused)
+        return RecurrentEngine(self, context, step_inputs, dropout=dropout, fused=fused, suffix_dtype=suffix_dtype)
 
 
 @contextlib.contextmanager
@@ -214,13 +215,27 @@ class RecurrentEngine:
     per chunk over suffixes padded to the chunk's longest (cuDNN on a GPU: a few large kernels), ``False``
     step by step with the layer cells on a batch that shrinks as suffixes end (no padding: faster on a
     CPU).  Default (``None``): fused on CUDA, step by step elsewhere.  Both give the same conditionals.
+
+    ``suffix_dtype=torch.bfloat16`` (or ``float16``) runs the suffix recurrence under autocast (the sample
+    pass, the head, the log-softmax and the sums stay in float32): about half the time on a GPU, at an
+    error measured in docs/psl.md (Sudoku RNN: see there); ``None`` = the module's dtype.  On CUDA,
+    float32 matmuls and cuDNN RNNs follow ``torch.backends.{cuda.matmul,cudnn}.allow_tf32``.
     """
 
     def __init__(self, decoder: RecurrentDecoder, context: Tensor | None = None,
-                 step_inputs: Tensor | None = None, *, dropout: bool = False, fused: bool | None = None) -> None:
+                 step_inputs: Tensor | None = None, *, dropout: bool = False, fused: bool | None = None,
+                 suffix_dtype: torch.dtype | None = None) -> None:
         self.decoder, self.context, self.step_inputs, self.dropout = decoder, context, step_inputs, dropout
         self.n_values = decoder.n_values
         self.fused = fused
+        if suffix_dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"suffix_dtype must be None, torch.float32, torch.bfloat16 or torch.float16; got {suffix_dtype}")
+        self.suffix_dtype = suffix_dtype
+
+    def _low_precision(self, device: torch.device):
+        """Autocast for the suffix recurrence only (head, log-softmax and sums stay in float32)."""
+        on = self.suffix_dtype not in (None, torch.float32)
+        return torch.autocast(device.type, dtype=self.suffix_dtype if on else torch.bfloat16, enabled=on)
 
     def _expand(self, t: Tensor | None, n_rows: int) -> Tensor | None:
         if t is None:
@@ -310,8 +325,9 @@ class RecurrentEngine:
         """``(R,)`` suffix log-likelihoods: one multi-layer recurrent call over padded suffixes."""
         dec = self.decoder
         inp, target, valid, h0 = self._suffix_inputs(y, cand, states, r)
-        out, _ = dec.rnn(inp, tuple(h0) if dec.cell == "lstm" else h0[0])  # (R, T, H)
-        logp = dec.head(out).log_softmax(-1).gather(-1, target[..., None]).squeeze(-1)  # (R, T)
+        with self._low_precision(y.device):
+            out, _ = dec.rnn(inp, tuple(h0) if dec.cell == "lstm" else h0[0])  # (R, T, H)
+        logp = dec.head(out.float()).log_softmax(-1).gather(-1, target[..., None]).squeeze(-1)  # (R, T)
         return logp.masked_fill(~valid, 0.0).sum(1)
 
     def _suffix_stepwise(self, y: Tensor, cand: Tensor, states: list[Tensor], r: "_Rows") -> Tensor:
@@ -323,12 +339,13 @@ class RecurrentEngine:
         tops, picks = [], []
         for step, active in enumerate(r.active):
             x = inp[:active, step]
-            for layer in range(dec.num_layers):
-                if layer > 0 and dec.rnn.dropout and dec.rnn.training:
-                    x = F.dropout(x, dec.rnn.dropout, training=True)
-                hs[layer] = _cell(dec, layer, x, _take(hs[layer], active))
-                x = hs[layer][0] if dec.cell == "lstm" else hs[layer]
-            tops.append(x)
+            with self._low_precision(y.device):
+                for layer in range(dec.num_layers):
+                    if layer > 0 and dec.rnn.dropout and dec.rnn.training:
+                        x = F.dropout(x, dec.rnn.dropout, training=True)
+                    hs[layer] = _cell(dec, layer, x, _take(hs[layer], active))
+                    x = hs[layer][0] if dec.cell == "lstm" else hs[layer]
+            tops.append(x.float())
             picks.append(target[:active, step])
         logp = dec.head(torch.cat(tops)).log_softmax(-1).gather(-1, torch.cat(picks)[:, None]).squeeze(-1)
         row = torch.cat([torch.arange(t.shape[0], device=y.device) for t in tops])
