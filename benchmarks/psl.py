@@ -190,9 +190,13 @@ def bench_sudoku_step(device: torch.device, reps: int, batch: int, naive: bool) 
 
     blanks = int((puzzles == 0).sum())
     work_all, work_free = batch * k * n * (n - 1) // 2, blanks * k * (n - 1)  # suffix token-steps (upper bound)
-    for label, kw, cond, work in (("engine step-by-step", {"fused": False}, False, work_all),
-                                  ("engine fused", {"fused": True}, False, work_all),
-                                  ("engine, givens=condition", {}, True, work_free)):
+    cases = [("engine step-by-step", {"fused": False}, False, work_all),
+             ("engine fused", {"fused": True}, False, work_all),
+             ("engine, givens=condition", {}, True, work_free)]
+    if device.type == "cuda":  # bfloat16 suffix recurrence (error vs float32: docs/psl.md)
+        cases += [("engine fused, bf16 suffixes", {"fused": True, "suffix_dtype": torch.bfloat16}, False, work_all),
+                  ("engine, givens=condition, bf16", {"suffix_dtype": torch.bfloat16}, True, work_free)]
+    for label, kw, cond, work in cases:
         t, m = timed(step(kw, cond), device, reps)
         rows.append((f"(c) Sudoku step B={batch}: {label}", work, t, m))
     if naive:
