@@ -336,9 +336,12 @@ class RecurrentEngine:
         dec = self.decoder
         inp, target, _, h0 = self._suffix_inputs(y, cand, states, r)
         hs: list[State] = [(h0[0][l], h0[1][l]) if dec.cell == "lstm" else h0[0][l] for l in range(dec.num_layers)]
+        # one (rows, I) tensor per step: slicing `inp[:active, step]` directly would make every step's
+        # backward materialise a zero gradient of the whole (rows, T, I) input (cubic in n in all)
+        inp_steps = inp.transpose(0, 1).unbind(0)
         tops, picks = [], []
         for step, active in enumerate(r.active):
-            x = inp[:active, step]
+            x = inp_steps[step][:active]
             with self._low_precision(y.device):
                 for layer in range(dec.num_layers):
                     if layer > 0 and dec.rnn.dropout and dec.rnn.training:
