@@ -327,7 +327,7 @@ class RecurrentEngine:
         inp, target, valid, h0 = self._suffix_inputs(y, cand, states, r)
         with self._low_precision(y.device):
             out, _ = dec.rnn(inp, tuple(h0) if dec.cell == "lstm" else h0[0])  # (R, T, H)
-        logp = dec.head(out.float()).log_softmax(-1).gather(-1, target[..., None]).squeeze(-1)  # (R, T)
+        logp = dec.head(out.to(dec.head.weight.dtype)).log_softmax(-1).gather(-1, target[..., None]).squeeze(-1)  # (R, T)
         return logp.masked_fill(~valid, 0.0).sum(1)
 
     def _suffix_stepwise(self, y: Tensor, cand: Tensor, states: list[Tensor], r: "_Rows") -> Tensor:
@@ -348,7 +348,7 @@ class RecurrentEngine:
                         x = F.dropout(x, dec.rnn.dropout, training=True)
                     hs[layer] = _cell(dec, layer, x, _take(hs[layer], active))
                     x = hs[layer][0] if dec.cell == "lstm" else hs[layer]
-            tops.append(x.float())
+            tops.append(x.to(dec.head.weight.dtype))
             picks.append(target[:active, step])
         logp = dec.head(torch.cat(tops)).log_softmax(-1).gather(-1, torch.cat(picks)[:, None]).squeeze(-1)
         row = torch.cat([torch.arange(t.shape[0], device=y.device) for t in tops])
