@@ -136,15 +136,18 @@ def test_reproduce_quick_writes_the_report(tmp_path, monkeypatch):
     from pseudosl.cli import main as cli
     presets = tmp_path / "presets"
     presets.mkdir()
-    (presets / "quick.toml").write_text('preset = "quick"\nmodels = ["convnet"]\nseeds = [0]\nn_train = 16\n'
+    (presets / "quick.toml").write_text('preset = "quick"\nmodels = ["convnet", "rnn"]\nseeds = [0]\nn_train = 16\n'
                                         'n_test = 8\nepochs = 1\nconv_channels = 4\nconv_layers = 1\n'
+                                        'rnn_hidden = 8\nrnn_layers = 1\n'
                                         f'data_dir = "{tmp_path / "d"}"\n')
     monkeypatch.setattr(sudoku_train.SudokuExperiment, "presets", presets)
     report = tmp_path / "docs" / "reproduction.md"
     report.parent.mkdir()
     report.write_text("# Report\nprose\n<!-- BEGIN quick:sudoku -->\n<!-- END quick:sudoku -->\nmore prose\n")
-    cli(["reproduce", "--quick", "--only", "sudoku", "--report", str(report), "--runs", str(tmp_path / "runs")])
+    cli(["reproduce", "--quick", "--only", "sudoku", "fidelity", "--report", str(report), "--runs", str(tmp_path / "runs")])
     text = report.read_text()
+    assert "<!-- BEGIN quick:fidelity -->" in text and "KL(p~_y || p)" in text and "pseudosl fidelity --checkpoint" in text
+    assert (report.parent / "figures" / "fidelity-quick-sudoku-rnn.png").stat().st_size > 0
     assert "ConvNet" in text and "prose\n" in text and "more prose" in text
     assert "pseudosl sudoku train --preset quick" in text
     assert (report.parent / "figures" / "sudoku-quick-curves.png").stat().st_size > 0

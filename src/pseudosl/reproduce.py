@@ -22,8 +22,15 @@ from pathlib import Path
 
 __all__ = ["reproduce", "replace_section", "experiment_section", "SECTIONS"]
 
-# name -> function(mode, out folder, figures folder, results so far) -> markdown; run after the experiments
-SECTIONS: dict[str, Callable[[str, Path, Path, dict], str]] = {}
+# name -> "module:function(mode, runs folder of this mode, figures folder, results so far) -> markdown";
+# run after the experiments
+SECTIONS: dict[str, str] = {"fidelity": "pseudosl.experiments.fidelity:reproduce_section"}
+
+
+def _section(name: str) -> Callable[[str, Path, Path, dict], str]:
+    import importlib
+    module, fn = SECTIONS[name].split(":")
+    return getattr(importlib.import_module(module), fn)
 
 
 def replace_section(text: str, key: str, body: str) -> str:
@@ -90,7 +97,7 @@ def reproduce(mode: str, report: Path | None = None, only: list[str] | None = No
         report.write_text(text)  # after every experiment: an interrupted reproduction keeps what it made
     for name in names:
         if name in SECTIONS:
-            text = replace_section(text, f"{mode}:{name}", SECTIONS[name](mode, runs / mode, figures, results))
+            text = replace_section(text, f"{mode}:{name}", _section(name)(mode, runs / mode, figures, results))
             report.write_text(text)
     print(f"wrote {report} ({(time.time() - t0) / 60:.1f} min)")
     return report

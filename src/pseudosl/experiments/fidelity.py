@@ -165,3 +165,31 @@ def run_fidelity(run: FidelityRun, out: str | Path, *, n_mc: int = 1000, exact: 
     (out / "fidelity.json").write_text(json.dumps(result, indent=1))
     plot_positions(fid, out / "fidelity_positions.png", title=run.source.split(" (")[0])
     return result
+
+
+def reproduce_section(mode: str, runs: Path, figures: Path, results: dict) -> str:
+    """The report's fidelity block (``pseudosl reproduce``): every model of the reproduction that has one.
+
+    Sudoku: the RNN and RNN + PSL checkpoints (seed 0) of the reproduction's Sudoku run, Monte-Carlo
+    (``9**81`` sequences).  Quick mode uses 8 anchors and 200 draws, paper mode 32 and 1000.
+    """
+    import shutil
+    n_examples, n_mc = (8, 200) if mode == "quick" else (32, 1000)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    blocks = []
+    for name in ("rnn", "rnn_psl"):
+        ckpt = runs / "sudoku" / f"{name}-seed0" / "checkpoint.pt"
+        if not ckpt.exists():
+            continue
+        out = runs / "fidelity" / f"sudoku-{name}"
+        command = f"pseudosl fidelity --checkpoint {ckpt} --n-examples {n_examples} --n-mc {n_mc} --out {out}"
+        result = run_fidelity(checkpoint_inputs(ckpt, n_examples, device), out, n_mc=n_mc,
+                              generator=torch.Generator(device).manual_seed(0))
+        figures.mkdir(parents=True, exist_ok=True)
+        png = f"fidelity-{mode}-sudoku-{name}.png"
+        shutil.copyfile(out / "fidelity_positions.png", figures / png)
+        blocks += [f"Command: `{command}` (seed 0).", "", "```", result["report"], "```", "",
+                   f"![per-position entropy, Sudoku {name}](figures/{png})", ""]
+    if not blocks:
+        return f"No checkpoint to measure: run `pseudosl reproduce --{mode} --only sudoku fidelity`."
+    return "\n".join(blocks)
