@@ -99,10 +99,9 @@ def sudoku():
     return circuit, time.perf_counter() - start
 
 
-def test_sudoku_builds_fast(sudoku):
-    circuit, seconds = sudoku
+def test_sudoku_circuit_shape(sudoku):
+    circuit, _ = sudoku  # (build time is measured by benchmarks, never asserted in tests)
     assert circuit.n_roots == 27 and circuit.n_vars == 81 and circuit.n_values == 9
-    assert seconds < 2.0 * 3  # < 2 s on a quiet 2-core machine; slack for loaded CI
 
 
 def test_sudoku_one_hot_grids(sudoku):
