@@ -30,6 +30,11 @@ TINY = ["--n-train", "16", "--n-test", "8", "--epochs", "1", "--conv-channels", 
     ('data = "kaggle"', r"data = 'kaggle': expected 'generate'"),
     ("sl_weight = nan", r"sl_weight = nan: expected a finite number"),
     ("epochs = 3\nconstraint_start_epoch = 5", r"constraint_start_epoch = 5 is past the last epoch"),
+    ('models = ["rnn_psl@psl_weigth=0.1"]', r"'psl_weigth' is not a config field"),
+    ('models = ["rnn_psl@psl_weight=-1"]', r"rnn_psl@psl_weight=-1.*psl_weight = -1.0: must be >= 0"),
+    ('models = ["rnn_psl@epochs=3"]', r"cannot vary per model"),
+    ('models = ["rnn_psl@psl_weight"]', r"expected name@field=value"),
+    ('models = ["rnn", "rnn"]', r"repeats a model"),
 ])
 def test_bad_toml_values_are_named(tmp_path, toml, message):
     (tmp_path / "c.toml").write_text(toml + "\n")
@@ -151,3 +156,23 @@ def test_reproduce_quick_writes_the_report(tmp_path, monkeypatch):
     assert "ConvNet" in text and "prose\n" in text and "more prose" in text
     assert "pseudosl sudoku train --preset quick" in text
     assert (report.parent / "figures" / "sudoku-quick-curves.png").stat().st_size > 0
+
+
+def test_model_variants_train_with_their_overrides(tmp_path, monkeypatch, capsys):
+    """"name@field=value" trains the base model with the override: its own row, folder and label."""
+    seen = []
+    original = SudokuExperiment.objective
+    monkeypatch.setattr(SudokuExperiment, "objective",
+                        lambda self, model, name, cfg: seen.append((name, cfg.sl_weight)) or original(self, model, name, cfg))
+    out = tmp_path / "runs"
+    cli_main(["sudoku", "train", "--quick", "--models", "convnet_sl", "convnet_sl@sl_weight=0.5", "--data-dir",
+              str(tmp_path / "d"), "--out", str(out), "--sl-weight", "0.05", *TINY])
+    assert seen == [("convnet_sl", 0.05), ("convnet_sl", 0.5)]
+    result = json.loads((out / "results.json").read_text())
+    assert set(result["summary"]) == {"convnet_sl", "convnet_sl@sl_weight=0.5"}
+    assert "ConvNet + SL (sl_weight=0.5)" in (out / "table.txt").read_text()
+    ckpt = load_checkpoint(out / "convnet_sl@sl_weight=0.5-seed0" / "checkpoint.pt")
+    assert ckpt["config"]["sl_weight"] == 0.05 and ckpt["model_name"] == "convnet_sl@sl_weight=0.5"
+    capsys.readouterr()
+    (table,) = evaluate_checkpoints(SudokuExperiment(), out)["tables"]
+    assert sorted(r["model"] for r in table["runs"]) == ["convnet_sl", "convnet_sl@sl_weight=0.5"]

@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 
 import tomllib
 
-__all__ = ["RunConfig", "ConfigError", "spec", "load_config", "preset_path", "RUN_FREE_FIELDS"]
+__all__ = ["RunConfig", "ConfigError", "spec", "load_config", "preset_path", "RUN_FREE_FIELDS", "split_model",
+           "model_variant"]
 
 C = TypeVar("C", bound="RunConfig")
 
@@ -77,9 +78,14 @@ class RunConfig:
         check_fields(self)
         if not self.models:
             self.models = list(self.MODELS)
-        bad = [m for m in self.models if m not in self.MODELS]
+        bad = [m for m in self.models if split_model(m)[0] not in self.MODELS]
         if bad:
-            raise ConfigError(f"models: unknown {bad}; choose from {', '.join(self.MODELS)}")
+            raise ConfigError(f"models: unknown {bad}; choose from {', '.join(self.MODELS)} "
+                              f"(a variant is name@field=value,...)")
+        if len(set(self.models)) != len(self.models):
+            raise ConfigError(f"models: {self.models} repeats a model")
+        for m in self.models:
+            model_variant(self, m)  # every override names a field and holds a valid value
         if len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds: {self.seeds} repeats a seed")
         if not self.seeds:
@@ -100,6 +106,47 @@ class RunConfig:
         """8 hex digits naming what the runs compute (every field but :data:`RUN_FREE_FIELDS`)."""
         d = {k: v for k, v in self.to_dict().items() if k not in RUN_FREE_FIELDS}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:8]
+
+
+# -- model variants -------------------------------------------------------------------------------
+def split_model(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"rnn_psl@psl_weight=0.01,lr=1e-3"`` -> ``("rnn_psl", {"psl_weight": 0.01, "lr": 0.001})``.
+
+    A model name may carry config overrides after ``@`` (values read as TOML literals, bare words as
+    strings), so one run trains e.g. the PSL weight grid beside the baselines.
+    """
+    if not isinstance(spec, str):
+        raise ConfigError(f"models: {spec!r} is not a model name")
+    base, _, rest = spec.partition("@")
+    overrides: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"models: {spec!r}: expected name@field=value[,field=value], got {item!r}")
+        try:
+            value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw.strip()
+        overrides[key.strip()] = value
+    return base, overrides
+
+
+def model_variant(cfg: "RunConfig", spec: str) -> tuple[str, "RunConfig"]:
+    """The base model name of ``spec`` and the config it trains with (``cfg`` with its overrides, checked)."""
+    base, overrides = split_model(spec)
+    if not overrides:
+        return base, cfg
+    names = {f.name for f in dataclasses.fields(cfg)}
+    for key in overrides:
+        if key not in names:
+            raise ConfigError(f"models: {spec!r}: {key!r} is not a config field")
+        if key in RUN_FREE_FIELDS:
+            raise ConfigError(f"models: {spec!r}: {key!r} is the same for every run and cannot vary per model")
+    values = {**cfg.to_dict(), **overrides, "models": [base]}
+    try:
+        return base, type(cfg)(**values)
+    except ConfigError as e:
+        raise ConfigError(f"models: {spec!r}: {e}") from None
 
 
 # -- field checks ----------------------------------------------------------------------------------

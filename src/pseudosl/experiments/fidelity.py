@@ -57,8 +57,9 @@ def checkpoint_inputs(path: str | Path, n_examples: int, device: str) -> Fidelit
     if "experiment" not in ckpt:
         raise CheckpointError(f"{path}: the checkpoint does not name its experiment")
     exp = experiment(ckpt["experiment"])
-    cfg = exp.config_class(**ckpt["config"])
-    model = exp.build_model(ckpt["model_name"], cfg)
+    from .config import model_variant
+    base, cfg = model_variant(exp.config_class(**ckpt["config"]), ckpt["model_name"])
+    model = exp.build_model(base, cfg)
     model.load_state_dict(ckpt.get("best_model") or ckpt["model"])
     model = model.to(device).eval()
     engine, anchors, how = exp.fidelity_inputs(model, exp.load_data(cfg).test, n_examples)
@@ -177,16 +178,14 @@ def reproduce_section(mode: str, runs: Path, figures: Path, results: dict) -> st
     n_examples, n_mc = (8, 200) if mode == "quick" else (32, 1000)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     blocks = []
-    for name in ("rnn", "rnn_psl"):
-        ckpt = runs / "sudoku" / f"{name}-seed0" / "checkpoint.pt"
-        if not ckpt.exists():
-            continue
+    for ckpt in sorted((runs / "sudoku").glob("rnn*-seed0/checkpoint.pt")):  # the RNN and every RNN + PSL variant
+        name = ckpt.parent.name.removesuffix("-seed0")
         out = runs / "fidelity" / f"sudoku-{name}"
         command = f"pseudosl fidelity --checkpoint {ckpt} --n-examples {n_examples} --n-mc {n_mc} --out {out}"
         result = run_fidelity(checkpoint_inputs(ckpt, n_examples, device), out, n_mc=n_mc,
                               generator=torch.Generator(device).manual_seed(0))
         figures.mkdir(parents=True, exist_ok=True)
-        png = f"fidelity-{mode}-sudoku-{name}.png"
+        png = f"fidelity-{mode}-sudoku-{name.replace('@', '-').replace('=', '')}.png"
         shutil.copyfile(out / "fidelity_positions.png", figures / png)
         blocks += [f"Command: `{command}` (seed 0).", "", "```", result["report"], "```", "",
                    f"![per-position entropy, Sudoku {name}](figures/{png})", ""]

@@ -13,6 +13,8 @@ harness owns everything else, the same for every experiment:
 * model selection: with a validation split, the checkpoint of the best validation score
   (``Experiment.metrics`` compared in order, so ``metrics[1]`` breaks ties of ``metrics[0]``;
   higher is better; the earlier epoch wins a full tie) is the one tested; ``patience`` stops early;
+* model variants: ``models = ["rnn_psl@psl_weight=0.01", "rnn_psl@psl_weight=0.05"]`` trains a model with
+  config overrides (a weight grid in one run); each variant is its own row and folder;
 * results: ``results.json`` (config, per-run metrics and curves, mean ± std per model, the paper's
   numbers, machine), ``table.txt``, ``curves.png`` and the experiment's example figure;
 * Accelerate: runs unchanged under ``accelerate launch``; only the main process writes files.
@@ -38,10 +40,10 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm.auto import tqdm
 
-from .config import RUN_FREE_FIELDS, ConfigError, RunConfig
+from .config import RUN_FREE_FIELDS, ConfigError, RunConfig, model_variant, split_model
 
 __all__ = ["Experiment", "Splits", "train", "train_run", "run_folder", "evaluate_checkpoints", "summarize",
-           "format_table", "load_checkpoint", "make_accelerator", "CheckpointError"]
+           "format_table", "load_checkpoint", "make_accelerator", "CheckpointError", "model_label"]
 
 C = TypeVar("C", bound=RunConfig)
 
@@ -187,15 +189,16 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
               out: Path, resume: bool = False) -> dict:
     """Train ``name`` with ``seed``; returns test metrics (of the selected checkpoint), history, predictions."""
     ckpt_path = _ckpt_path(out, name, seed)
+    shared, (base, cfg) = cfg, model_variant(cfg, name)  # a variant "name@field=value" trains with its overrides
     _seed_all(seed)
-    model = exp.build_model(name, cfg)
-    objective = exp.objective(model, name, cfg)
+    model = exp.build_model(base, cfg)
+    objective = exp.objective(model, base, cfg)
     optimizer = exp.optimizer(model, cfg)
     state = {"epoch": 0, "history": [], "wall_s": 0.0, "best": None, "best_epoch": 0, "best_model": None,
              "bad_evals": 0, "stopped": False}
     if resume and ckpt_path.exists():
         ckpt = load_checkpoint(ckpt_path, exp.name)
-        _check_resumable(ckpt["config"], cfg, ckpt_path)
+        _check_resumable(ckpt["config"], shared, ckpt_path)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         state.update({k: ckpt[k] for k in state if k in ckpt})
@@ -249,7 +252,7 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
         if accelerator.is_main_process:
             ckpt_path.parent.mkdir(parents=True, exist_ok=True)
             tmp = ckpt_path.with_suffix(".tmp")
-            torch.save({**state, "experiment": exp.name, "config": cfg.to_dict(), "model_name": name, "seed": seed,
+            torch.save({**state, "experiment": exp.name, "config": shared.to_dict(), "model_name": name, "seed": seed,
                         "model": unwrapped().state_dict(), "optimizer": optimizer.state_dict(), "rng": _rng_state()},
                        tmp)
             tmp.replace(ckpt_path)  # atomic: an interrupted save never leaves a truncated checkpoint
@@ -272,6 +275,13 @@ def _evaluate(exp: Experiment, model: nn.Module, data: Any, cfg: RunConfig, acce
         return exp.evaluate(model, data, cfg, accelerator)
     finally:
         model.train(was_training)
+
+
+def model_label(exp: Experiment, spec: str) -> str:
+    """Table label of a model or variant: ``"RNN + PSL (psl_weight=0.01)"``."""
+    base, overrides = split_model(spec)
+    label = exp.labels.get(base, base)
+    return label + (" (" + ", ".join(f"{k}={v}" for k, v in overrides.items()) + ")" if overrides else "")
 
 
 # -- summary ----------------------------------------------------------------------------------------
@@ -298,8 +308,8 @@ def format_table(exp: Experiment, summary: dict, title: str) -> str:
     lines = [title, head, "-" * len(head)]
     for name, row in summary.items():
         cells = "".join(f"{row[m + '_mean']:>10.2f} ± {row[m + '_std']:<5.2f}" for m in exp.metrics)
-        paper = "".join(f"{exp.paper.get(name, {}).get(m, float('nan')):>16.2f}" for m in paper_cols)
-        lines.append(f"{exp.labels.get(name, name):<16}{cells}{paper}{len(row['seeds']):>7}")
+        paper = "".join(f"{exp.paper.get(split_model(name)[0], {}).get(m, float('nan')):>16.2f}" for m in paper_cols)
+        lines.append(f"{model_label(exp, name):<16}{cells}{paper}{len(row['seeds']):>7}")
     return "\n".join(lines)
 
 
@@ -340,7 +350,8 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
     if accelerator.is_main_process:
         from .plots import plot_curves
         (out / "results.json").write_text(json.dumps(result, indent=2))
-        plot_curves(result["runs"], exp.metrics, out / "curves.png", labels=exp.labels, title=f"{exp.name}, preset {cfg.preset}")
+        plot_curves(result["runs"], exp.metrics, out / "curves.png", labels={m: model_label(exp, m) for m in cfg.models},
+                    title=f"{exp.name}, preset {cfg.preset}")
         first: dict[str, Any] = {}
         for r in runs:
             first.setdefault(r["model"], r["predictions"])
@@ -397,17 +408,18 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path) -> dict:
         cfgs[key] = cfg
         if cfg.content_key() not in data_cache:
             data_cache[cfg.content_key()] = exp.load_data(cfg)
-        model = exp.build_model(ckpt["model_name"], cfg)
+        base, run_cfg = model_variant(cfg, ckpt["model_name"])
+        model = exp.build_model(base, run_cfg)
         model.load_state_dict(ckpt.get("best_model") or ckpt["model"])
         model = accelerator.prepare(model)
-        metrics, _ = _evaluate(exp, accelerator.unwrap_model(model), data_cache[cfg.content_key()].test, cfg, accelerator)
+        metrics, _ = _evaluate(exp, accelerator.unwrap_model(model), data_cache[cfg.content_key()].test, run_cfg, accelerator)
         groups.setdefault(key, []).append({"model": ckpt["model_name"], "seed": ckpt["seed"], "epoch": ckpt["epoch"],
                                            "path": str(path), **metrics})
         accelerator.print(f"{path}: epoch {ckpt['epoch']}, " + ", ".join(f"{m} {metrics[m]:.2f}%" for m in exp.metrics))
     tables = []
     for key, runs in groups.items():
         cfg = cfgs[key]
-        summary = summarize(runs, exp.metrics, exp.config_class.MODELS)
+        summary = summarize(runs, exp.metrics, list(dict.fromkeys(r["model"] for r in runs)))
         done = "" if key[1] == key[2] else f", stopped at epoch {key[2]} of {key[1]}"
         title = f"{exp.name} (test split; preset {cfg.preset}, config {key[0]}{done})"
         tables.append({"config": cfg.to_dict(), "content_key": key[0], "epoch": key[2], "summary": summary, "runs": runs})
