@@ -1,0 +1,122 @@
+"""Detox training half: pretraining from scratch, SGEAT's selection, the PSL objective, the pipeline end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from pseudosl.experiments.config import ConfigError  # noqa: E402
+from pseudosl.experiments.detox.config import DetoxConfig  # noqa: E402
+from pseudosl.experiments.detox.generation import first_occurrence, forbidden_windows, sgeat_split  # noqa: E402
+
+WORDS = ["darn", "heck"]
+TEXT = "\n\n".join(
+    [f"the quick brown fox {i} jumps over the lazy dog and the dog sleeps" for i in range(20)]
+    + [f"darn it said the fox {i}, what the heck is the dog doing" for i in range(10)]
+    + [f"a good day for a walk in the park with the brown dog {i}" for i in range(20)])
+
+
+def _cfg(tmp_path, **kw) -> DetoxConfig:
+    (tmp_path / "corpus.txt").write_text(TEXT)
+    (tmp_path / "words.txt").write_text("\n".join(WORDS) + "\n")
+    base = dict(preset="test", seeds=[0], corpus=f"text:{tmp_path / 'corpus.txt'}", data_dir=str(tmp_path / "cache"),
+                heldout_docs=16, pt_vocab=300, pt_layers=1, pt_heads=2, pt_embd=16, pt_ctx=16, pt_epochs=1,
+                pt_batch=8, n_generations=8, gen_length=8, gen_batch=8, scorer="lexical",
+                bad_words=str(tmp_path / "words.txt"), epochs=2, batch_size=2, lr=1e-3, psl_window=4, psl_top_k=2,
+                psl_examples=1, n_val_prompts=2, n_test_prompts=4, eval_generations=2, eval_new_tokens=4,
+                ppl_docs=4, out=str(tmp_path / "out"), threads=1)
+    base.update(kw)
+    return DetoxConfig(**base)
+
+
+def test_pretrain_from_scratch_loads_back_through_from_pretrained(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from pseudosl.experiments.detox.pretrain import pretrain
+    cfg = _cfg(tmp_path)
+    path = pretrain(cfg)
+    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    assert model.config.n_layer == 1 and model.config.vocab_size == len(tok)
+    ids = tok("the quick brown fox", return_tensors="pt").input_ids
+    assert tok.decode(ids[0]) == "the quick brown fox"  # byte-level BPE round trip
+    assert model(input_ids=ids).logits.shape == (1, ids.shape[1], len(tok))
+    info = json.loads((path / "done.json").read_text())
+    assert info["train_documents"] == 50 - 16 and info["heldout_ppl"] > 1
+    assert pretrain(cfg) == path  # cached: the second call finds it
+
+
+def test_sgeat_keeps_the_least_toxic_half():
+    scores = [0.9, 0.1, 0.5, 0.05, 0.7, 0.3]
+    clean, toxic = sgeat_split(scores)
+    assert clean.tolist() == [1, 3, 5] and toxic.tolist() == [0, 2, 4]
+    clean, toxic = sgeat_split([0.2, 0.2, 0.2, 0.1, 0.9])  # odd: the middle goes to the rest; ties keep order
+    assert clean.tolist() == [0, 3] and toxic.tolist() == [1, 2, 4]
+    with pytest.raises(ValueError, match="NaN"):
+        sgeat_split([0.1, float("nan")])
+
+
+def test_forbidden_windows_centre_the_first_forbidden_sequence():
+    seqs = [[7, 8], [9]]
+    assert first_occurrence([1, 2, 7, 8, 9], seqs) == (2, 2)
+    assert first_occurrence([1, 2, 3], seqs) is None
+    ids = torch.tensor([[1, 2, 3, 4, 5, 7, 8, 6], [1, 2, 3, 4, 5, 6, 1, 2]])
+    w = forbidden_windows(ids, seqs, 4, seed=0)
+    assert w[0].tolist() == [5, 7, 8, 6]
+    assert w.shape == (2, 4) and any(w[1].tolist() == ids[1, s:s + 4].tolist() for s in range(5))
+
+
+def test_config_errors_name_the_field(tmp_path):
+    with pytest.raises(ConfigError, match="psl_source"):
+        _cfg(tmp_path, psl_source="everything")
+    with pytest.raises(ConfigError, match="heldout_docs"):
+        _cfg(tmp_path, n_test_prompts=40)
+    with pytest.raises(ConfigError, match="pt_heads"):
+        _cfg(tmp_path, pt_embd=15)
+
+
+def _tiny_psl_objective(tmp_path, source="toxic"):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from pseudosl.experiments.detox.constraint import forbidden_words_constraint
+    from pseudosl.experiments.detox.train import Context, Objective
+    from detox_tokenizer import tiny_tokenizer
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=16, n_layer=1, n_head=2))
+    fw = forbidden_words_constraint(tok, WORDS, window=4, cache=False)
+    cfg = _cfg(tmp_path, psl_weight=1.0, psl_examples=2, psl_source=source)
+    ctx = Context("tiny", tok, WORDS, fw, None, {})
+    eos = tok.eos_token_id
+    ids = torch.tensor([[eos] + tok("the quick brown fox jumps").input_ids[:5]] * 2)
+    window = tok(" darn it the heck").input_ids[:4]
+    windows = torch.tensor([window, window])
+    return Objective(model, "psl", cfg, ctx), ids, windows, fw
+
+
+def test_psl_objective_backpropagates_and_lowers_the_loss(tmp_path):
+    from pseudosl.experiments.detox.constraint import contains_forbidden
+    objective, ids, windows, fw = _tiny_psl_objective(tmp_path)
+    assert contains_forbidden(windows[0].tolist(), fw.sequences)  # the anchor violates the constraint
+    opt = torch.optim.Adam(objective.parameters(), lr=1e-2)
+    psl = []
+    for _ in range(6):
+        loss, parts = objective(ids, windows)
+        assert set(parts) == {"lm", "psl"} and torch.isfinite(loss)
+        opt.zero_grad()
+        loss.backward()
+        assert objective.model.transformer.wte.weight.grad.abs().sum() > 0
+        opt.step()
+        psl.append(parts["psl"].item())
+    assert psl[-1] < psl[0]
+    loss, parts = objective(ids, windows, constrained=False)  # warm-up epochs: the LM loss only
+    assert set(parts) == {"lm"}
+
+
+def test_psl_on_model_samples(tmp_path):
+    objective, ids, windows, _ = _tiny_psl_objective(tmp_path, source="samples")
+    loss, parts = objective(ids, windows)
+    loss.backward()
+    assert torch.isfinite(parts["psl"])
