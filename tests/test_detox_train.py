@@ -120,3 +120,39 @@ def test_psl_on_model_samples(tmp_path):
     loss, parts = objective(ids, windows)
     loss.backward()
     assert torch.isfinite(parts["psl"])
+
+
+def test_quick_pipeline_end_to_end_with_resume_and_eval(tmp_path, capsys):
+    from pseudosl.cli import main as cli_main
+    from pseudosl.experiments.detox.train import METRICS, DetoxExperiment
+    from pseudosl.experiments.harness import load_checkpoint, train
+    cfg = _cfg(tmp_path, epochs=1, patience=3)
+    exp = DetoxExperiment()
+    result = train(exp, cfg)
+    out = tmp_path / "out"
+    for f in ("results.json", "table.txt", "table_paper.md", "comparison.png", "examples.png", "curves.png"):
+        assert (out / f).is_file(), f
+    runs = {r["model"]: r for r in result["runs"]}
+    assert set(runs) == {"base", "sgeat", "psl"}
+    for r in runs.values():
+        assert all(0 <= r[m] <= 1 for m in METRICS if "ppl" not in m and r[m] == r[m]), r  # NaN: no prompt in a subset
+        assert r["ppl"] > 1 and r["ban_ppl"] > 1
+    assert runs["base"]["epochs_trained"] == 0 and runs["psl"]["epochs_trained"] == 1
+    # the PSL term ran: its loss differs from SGEAT's (same data, same seed)
+    assert runs["psl"]["history"][0]["train_loss"] != runs["sgeat"]["history"][0]["train_loss"]
+    table = (out / "table_paper.md").read_text()
+    assert "SGEAT + PSL + word banning" in table and "Full EMT" in table
+    # --resume continues to epoch 2 from the saved state; base stays untrained
+    more = _cfg(tmp_path, epochs=2, patience=3)
+    train(exp, more, resume=True)
+    assert load_checkpoint(out / "psl-seed0" / "checkpoint.pt", "detox")["epoch"] == 2
+    assert load_checkpoint(out / "base-seed0" / "checkpoint.pt", "detox")["epoch"] == 0
+    capsys.readouterr()
+    assert cli_main(["detox", "eval", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "SGEAT + PSL" in printed and "Base LM" in printed
+    # the extra CLI steps parse the same flags and find the cached outputs
+    (tmp_path / "c.toml").write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in more.to_dict().items()
+                                               if v is not None and k != "preset"))
+    assert cli_main(["detox", "generate", "--config", str(tmp_path / "c.toml")]) == 0
+    assert "unprompted samples" in capsys.readouterr().out
