@@ -25,7 +25,7 @@ def _cfg(tmp_path, **kw) -> DetoxConfig:
     (tmp_path / "corpus.txt").write_text(TEXT)
     (tmp_path / "words.txt").write_text("\n".join(WORDS) + "\n")
     base = dict(preset="test", seeds=[0], corpus=f"text:{tmp_path / 'corpus.txt'}", data_dir=str(tmp_path / "cache"),
-                heldout_docs=16, pt_vocab=300, pt_layers=1, pt_heads=2, pt_embd=16, pt_ctx=16, pt_epochs=1,
+                heldout_docs=16, pt_vocab=300, pt_layers=1, pt_heads=2, pt_embd=16, pt_ctx=32, pt_epochs=1,
                 pt_batch=8, n_generations=8, gen_length=8, gen_batch=8, scorer="lexical",
                 bad_words=str(tmp_path / "words.txt"), epochs=2, batch_size=2, lr=1e-3, psl_window=4, psl_top_k=2,
                 psl_examples=1, n_val_prompts=2, n_test_prompts=4, eval_generations=2, eval_new_tokens=4,
@@ -74,6 +74,8 @@ def test_config_errors_name_the_field(tmp_path):
         _cfg(tmp_path, psl_source="everything")
     with pytest.raises(ConfigError, match="heldout_docs"):
         _cfg(tmp_path, n_test_prompts=40)
+    with pytest.raises(ConfigError, match="pt_ctx"):
+        _cfg(tmp_path, gen_length=40)
     with pytest.raises(ConfigError, match="pt_heads"):
         _cfg(tmp_path, pt_embd=15)
 

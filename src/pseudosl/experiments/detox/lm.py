@@ -35,7 +35,7 @@ def load_lm(name_or_path: str | Path, device: torch.device | str | None = None) 
                          f"save_pretrained, a cached hub name, or 'scratch' to pretrain one") from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    tok.padding_side = "left"
+    tok.padding_side = tok.truncation_side = "left"  # prompts keep their last tokens, next to the continuation
     if device is not None:
         model.to(device)
     return model, tok
@@ -66,6 +66,10 @@ def sample_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str
     """
     device = next(model.parameters()).device
     eos = tokenizer.eos_token_id
+    room = context_length(model) - new_tokens  # prompt tokens that fit before the continuation
+    if room < 1:
+        raise ValueError(f"new_tokens = {new_tokens} leaves no room for a prompt in the model's context of "
+                         f"{context_length(model)} tokens; lower it")
     kw = dict(do_sample=True, top_p=top_p, top_k=0, temperature=temperature, max_new_tokens=new_tokens,
               pad_token_id=tokenizer.pad_token_id)
     if fixed_length:
@@ -76,7 +80,8 @@ def sample_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str
         calls = [({"input_ids": x, "attention_mask": torch.ones_like(x)}, r) for x, r in calls]
     else:
         texts = list(prompts)
-        calls = [(tokenizer(texts[a:a + batch_size], return_tensors="pt", padding=True, add_special_tokens=False), n)
+        calls = [(tokenizer(texts[a:a + batch_size], return_tensors="pt", padding=True, add_special_tokens=False,
+                            truncation=True, max_length=room), n)
                  for a in range(0, len(texts), batch_size)]
     ids, decoded = [], []
     for enc, reps in calls:
