@@ -21,23 +21,30 @@ TEXT = "\n\n".join(
     + [f"a good day for a walk in the park with the brown dog {i}" for i in range(20)])
 
 
-def _cfg(tmp_path, **kw) -> DetoxConfig:
-    (tmp_path / "corpus.txt").write_text(TEXT)
-    (tmp_path / "words.txt").write_text("\n".join(WORDS) + "\n")
-    base = dict(preset="test", seeds=[0], corpus=f"text:{tmp_path / 'corpus.txt'}", data_dir=str(tmp_path / "cache"),
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """Corpus, word list and the data cache shared by the tests (the tiny model is pretrained once)."""
+    d = tmp_path_factory.mktemp("detox")
+    (d / "corpus.txt").write_text(TEXT)
+    (d / "words.txt").write_text("\n".join(WORDS) + "\n")
+    return d
+
+
+def _cfg(tmp_path, shared, **kw) -> DetoxConfig:
+    base = dict(preset="test", seeds=[0], corpus=f"text:{shared / 'corpus.txt'}", data_dir=str(shared / "cache"),
                 heldout_docs=16, pt_vocab=300, pt_layers=1, pt_heads=2, pt_embd=16, pt_ctx=32, pt_epochs=1,
                 pt_batch=8, n_generations=8, gen_length=8, gen_batch=8, scorer="lexical",
-                bad_words=str(tmp_path / "words.txt"), epochs=2, batch_size=2, lr=1e-3, psl_window=4, psl_top_k=2,
+                bad_words=str(shared / "words.txt"), epochs=2, batch_size=2, lr=1e-3, psl_window=4, psl_top_k=2,
                 psl_examples=1, n_val_prompts=2, n_test_prompts=4, eval_generations=2, eval_new_tokens=4,
                 ppl_docs=4, out=str(tmp_path / "out"), threads=1)
     base.update(kw)
     return DetoxConfig(**base)
 
 
-def test_pretrain_from_scratch_loads_back_through_from_pretrained(tmp_path):
+def test_pretrain_from_scratch_loads_back_through_from_pretrained(tmp_path, shared):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from pseudosl.experiments.detox.pretrain import pretrain
-    cfg = _cfg(tmp_path)
+    cfg = _cfg(tmp_path, shared)
     path = pretrain(cfg)
     model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
     assert model.config.n_layer == 1 and model.config.vocab_size == len(tok)
@@ -69,18 +76,18 @@ def test_forbidden_windows_centre_the_first_forbidden_sequence():
     assert w.shape == (2, 4) and any(w[1].tolist() == ids[1, s:s + 4].tolist() for s in range(5))
 
 
-def test_config_errors_name_the_field(tmp_path):
+def test_config_errors_name_the_field(tmp_path, shared):
     with pytest.raises(ConfigError, match="psl_source"):
-        _cfg(tmp_path, psl_source="everything")
+        _cfg(tmp_path, shared, psl_source="everything")
     with pytest.raises(ConfigError, match="heldout_docs"):
-        _cfg(tmp_path, n_test_prompts=40)
+        _cfg(tmp_path, shared, n_test_prompts=40)
     with pytest.raises(ConfigError, match="pt_ctx"):
-        _cfg(tmp_path, gen_length=40)
+        _cfg(tmp_path, shared, gen_length=40)
     with pytest.raises(ConfigError, match="pt_heads"):
-        _cfg(tmp_path, pt_embd=15)
+        _cfg(tmp_path, shared, pt_embd=15)
 
 
-def _tiny_psl_objective(tmp_path, source="toxic"):
+def _tiny_psl_objective(tmp_path, shared, source="toxic"):
     from transformers import GPT2Config, GPT2LMHeadModel
     from pseudosl.experiments.detox.constraint import forbidden_words_constraint
     from pseudosl.experiments.detox.train import Context, Objective
@@ -89,7 +96,7 @@ def _tiny_psl_objective(tmp_path, source="toxic"):
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=16, n_layer=1, n_head=2))
     fw = forbidden_words_constraint(tok, WORDS, window=4, cache=False)
-    cfg = _cfg(tmp_path, psl_weight=1.0, psl_examples=2, psl_source=source)
+    cfg = _cfg(tmp_path, shared, psl_weight=1.0, psl_examples=2, psl_source=source)
     ctx = Context("tiny", tok, WORDS, fw, None, {})
     eos = tok.eos_token_id
     ids = torch.tensor([[eos] + tok("the quick brown fox jumps").input_ids[:5]] * 2)
@@ -98,9 +105,9 @@ def _tiny_psl_objective(tmp_path, source="toxic"):
     return Objective(model, "psl", cfg, ctx), ids, windows, fw
 
 
-def test_psl_objective_backpropagates_and_lowers_the_loss(tmp_path):
+def test_psl_objective_backpropagates_and_lowers_the_loss(tmp_path, shared):
     from pseudosl.experiments.detox.constraint import contains_forbidden
-    objective, ids, windows, fw = _tiny_psl_objective(tmp_path)
+    objective, ids, windows, fw = _tiny_psl_objective(tmp_path, shared)
     assert contains_forbidden(windows[0].tolist(), fw.sequences)  # the anchor violates the constraint
     opt = torch.optim.Adam(objective.parameters(), lr=1e-2)
     psl = []
@@ -117,18 +124,18 @@ def test_psl_objective_backpropagates_and_lowers_the_loss(tmp_path):
     assert set(parts) == {"lm"}
 
 
-def test_psl_on_model_samples(tmp_path):
-    objective, ids, windows, _ = _tiny_psl_objective(tmp_path, source="samples")
+def test_psl_on_model_samples(tmp_path, shared):
+    objective, ids, windows, _ = _tiny_psl_objective(tmp_path, shared, source="samples")
     loss, parts = objective(ids, windows)
     loss.backward()
     assert torch.isfinite(parts["psl"])
 
 
-def test_quick_pipeline_end_to_end_with_resume_and_eval(tmp_path, capsys):
+def test_quick_pipeline_end_to_end_with_resume_and_eval(tmp_path, shared, capsys):
     from pseudosl.cli import main as cli_main
     from pseudosl.experiments.detox.train import METRICS, DetoxExperiment
     from pseudosl.experiments.harness import load_checkpoint, train
-    cfg = _cfg(tmp_path, epochs=1, patience=3)
+    cfg = _cfg(tmp_path, shared, epochs=1, patience=3)
     exp = DetoxExperiment()
     result = train(exp, cfg)
     out = tmp_path / "out"
@@ -145,7 +152,7 @@ def test_quick_pipeline_end_to_end_with_resume_and_eval(tmp_path, capsys):
     table = (out / "table_paper.md").read_text()
     assert "SGEAT + PSL + word banning" in table and "Full EMT" in table
     # --resume continues to epoch 2 from the saved state; base stays untrained
-    more = _cfg(tmp_path, epochs=2, patience=3)
+    more = _cfg(tmp_path, shared, epochs=2, patience=3)
     train(exp, more, resume=True)
     assert load_checkpoint(out / "psl-seed0" / "checkpoint.pt", "detox")["epoch"] == 2
     assert load_checkpoint(out / "base-seed0" / "checkpoint.pt", "detox")["epoch"] == 0

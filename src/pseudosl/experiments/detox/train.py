@@ -25,7 +25,7 @@ from torch.utils.data import TensorDataset
 
 import pseudosl
 
-from ..harness import Experiment, Splits
+from ..harness import Experiment, Splits, make_accelerator
 from ..harness import train as harness_train
 from .config import PRESETS, DetoxConfig
 from .corpus import load_corpus, split_documents
@@ -174,6 +174,10 @@ def build_context(cfg: DetoxConfig, print_fn: Any = print) -> tuple[Context, Spl
     words = load_words(cfg.bad_words)
     fw = forbidden_words_constraint(tok, words, cfg.psl_window)
     scorer = make_scorer(cfg.scorer, **({"tokenizer": tok, "words": words} if cfg.scorer == "lexical" else {}))
+    acc = make_accelerator()  # under `accelerate launch` the main process samples, the others read its cache
+    if acc.is_main_process:
+        scored_generations(model, tok, scorer, cfg, path, root, print_fn)
+    acc.wait_for_everyone()
     gens = scored_generations(model, tok, scorer, cfg, path, root, print_fn)
     clean, toxic = sgeat_split(gens["scores"])
     bos = torch.full((len(clean), 1), bos_id(tok), dtype=torch.long)
