@@ -190,7 +190,10 @@ def build_context(cfg: DetoxConfig, print_fn: Any = print) -> tuple[Context, Spl
     ppl_texts, rest = heldout[:cfg.ppl_docs], heldout[cfg.ppl_docs:]
     cut = max(1, len(rest) * cfg.n_val_prompts // (cfg.n_val_prompts + cfg.n_test_prompts))
     val_prompts, test_prompts = _prompts(cfg, rest[:cut], rest[cut:], scorer)
+    # word banning: perplexity on the least toxic half, less any text holding a banned word (probability 0)
+    from .constraint import contains_forbidden
     lo, _ = sgeat_split(scorer.score(ppl_texts))
+    lo = [i for i in lo if not contains_forbidden(tok.encode(ppl_texts[i], add_special_tokens=False), fw.sequences)]
     val = EvalSet(val_prompts, [p.text for p in val_prompts])
     test = EvalSet(test_prompts, ppl_texts, [ppl_texts[i] for i in lo], banning=True)
     s = np.asarray(gens["scores"])
