@@ -1,7 +1,7 @@
 """The detox experiment's configuration: :class:`DetoxConfig`, read from TOML, overridden by flags.
 
 Presets are TOML files shipped in ``presets/`` beside this module (``quick.toml``: the whole pipeline
-on a 2-core CPU; ``gpu.toml``: one GPU); every key is a field of :class:`DetoxConfig`, checked by
+on a 2-core CPU; ``paper.toml``: one GPU); every key is a field of :class:`DetoxConfig`, checked by
 type and range before any work starts (see :mod:`pseudosl.experiments.config`).
 
 The pipeline (docs/detox.md): ``model`` (a Hugging Face name / local path, or ``"scratch"``: a small

@@ -3,7 +3,7 @@
     pseudosl detox pretrain --quick     # the scratch GPT-2 (cached; train runs it when needed)
     pseudosl detox generate --quick     # SGEAT's scored unprompted samples (cached)
     pseudosl detox train --quick        # base, SGEAT, PSL; each evaluated with and without word banning
-    accelerate launch -m pseudosl.cli detox train --preset gpu
+    accelerate launch -m pseudosl.cli detox train --preset paper
 
 Models: ``base`` (the pretrained LM, not trained), ``sgeat`` (LM loss on the least toxic half of its own
 samples), ``psl`` (the same + ``psl_weight`` x the pseudo-semantic loss of "no forbidden word in the
