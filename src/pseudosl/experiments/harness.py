@@ -355,7 +355,8 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
     else:
         runs = [train_run(exp, cfg, name, seed, splits, accelerator, out, resume=resume) for name, seed in pairs]
     for r in runs:
-        accelerator.print(f"[{r['model']} seed {r['seed']}] test " + ", ".join(f"{m} {r[m]:.2f}%" for m in exp.metrics)
+        accelerator.print(f"[{r['model']} seed {r['seed']}] test " + ", ".join(f"{m} {r[m]:.2f}{exp.units.get(m, '%')}"
+                                                                          for m in exp.metrics)
                           + f" ({r['wall_s']:.0f}s)")
     summary = summarize(runs, exp.metrics, cfg.models)
     result = {"experiment": exp.name, "config": cfg.to_dict(), "content_key": cfg.content_key(), "summary": summary,

@@ -30,7 +30,7 @@ PAPER_TABLE3: dict[tuple[str, bool], dict[str, float]] = {}
 def _cell(row: dict, key: str, paper: float | None) -> str:
     mean = row.get(f"{key}_mean", math.nan)
     std = row.get(f"{key}_std", 0.0)
-    ours = "—" if math.isnan(mean) else (f"{mean:.2f}" if key == "ppl" else f"{mean:.3f}") + (
+    ours = "—" if math.isnan(mean) else (f"{mean:.2f}" if key.endswith("ppl") else f"{mean:.3f}") + (
         f" ± {std:.2f}" if std else "")
     return ours + (f" ({paper:.2f})" if paper is not None else "")
 
@@ -61,6 +61,7 @@ def plot_comparison(summary: dict[str, dict], labels: dict[str, str], path: str 
         for j, ban in enumerate((False, True)):
             k = ("ban_" if ban else "") + key
             means = [summary[n].get(f"{k}_mean", math.nan) for n in names]
+            means = [m if math.isfinite(m) else math.nan for m in means]  # an infinite perplexity is not drawn
             stds = [summary[n].get(f"{k}_std", 0.0) for n in names]
             ax.bar([i + 0.38 * j for i in range(len(names))], means, 0.36, yerr=stds, capsize=3,
                    label="word banning" if ban else "plain", color=f"C{j}")
