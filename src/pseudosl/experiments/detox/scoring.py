@@ -245,9 +245,10 @@ class LexicalScorer:
 def make_scorer(name: str, **kw: Any) -> ToxicityScorer:
     """The scorer called ``name`` (one of :data:`SCORERS`), built with keyword arguments ``kw``.
 
-    Example:
-        >>> make_scorer("lexical", tokenizer=tok, words=["darn"]).name     # doctest: +SKIP
-        'lexical'
+    Usage::
+
+        make_scorer("perspective", qps=1.0)              # PERSPECTIVE_API_KEY must be set
+        make_scorer("lexical", tokenizer=tokenizer, words=load_words())
     """
     if name == "perspective":
         return PerspectiveScorer(**kw)
