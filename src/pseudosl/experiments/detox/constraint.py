@@ -49,7 +49,8 @@ class ForbiddenWords:
         sequences: every forbidden token sequence (both spellings of each word), longer ones included.
         window: ``L``, the number of token positions.
         stats: ``n_words``, ``n_sequences``, ``n_too_long`` (sequences longer than ``window``),
-            ``n_tokens`` (``D``), ``n_states`` (automaton), ``nodes``, ``edges``, ``compile_s``.
+            ``n_tokens`` (``D``), ``n_states`` (automaton), ``nodes``, ``edges``, ``compile_s`` (seconds to
+            build the automaton and the circuit; a load from the disk cache when it was cached).
     """
 
     circuit: pseudosl.Circuit
