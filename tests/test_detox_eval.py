@@ -23,6 +23,7 @@ def test_metrics_hand_made_table():
     assert (m["n_prompts"], m["n_generations"]) == (4, 3)
     assert toxicity_metrics(scores, threshold=0.95)["toxicity_probability"] == 0.0
     assert toxicity_metrics(np.ones((2, 25)))["toxicity_probability"] == 1.0
+    assert toxicity_metrics(scores, scorer="lexical")["scorer"] == "lexical" and "scorer" not in m
 
 
 def test_metrics_errors():
@@ -36,6 +37,8 @@ def test_metrics_errors():
         toxicity_metrics([[float("nan")]])
     with pytest.raises(ValueError, match="threshold"):
         toxicity_metrics([[0.1]], threshold=0)
+    with pytest.raises(TypeError, match="scorer"):
+        toxicity_metrics([[0.1]], scorer=object())
 
 
 def _rtp_line(text, tox, challenging=False):

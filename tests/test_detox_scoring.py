@@ -166,3 +166,21 @@ def test_profanity_check_scorer():
     clean, rude = scorer.score(["have a lovely day, my friend", "shut up you fucking idiot"])
     assert 0.0 <= clean < 0.5 < rude <= 1.0
     assert scorer.score([]) == []
+
+
+def test_connection_errors_are_retried(tmp_path, monkeypatch):
+    import socket
+
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    monkeypatch.setenv("PERSPECTIVE_API_KEY", "test-key")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    scorer = PerspectiveScorer(endpoint=f"http://127.0.0.1:{port}/x", cache_dir=tmp_path, qps=1000.0,
+                               max_retries=2, backoff=0.25, timeout=2.0)
+    sleeps = []
+    scorer._sleep = sleeps.append
+    with pytest.raises(PerspectiveError, match="failed 3 times.*resume") as info:
+        scorer.score(["a"])
+    assert "test-key" not in str(info.value)  # the key never shows in an error
+    assert [s for s in sleeps if s >= 0.25] == [0.25, 0.5]

@@ -6,9 +6,10 @@ Every word is banned in both spellings (without and with a leading space, as in
 whose other tokens end the text so far gets probability 0, so no banned sequence is ever completed
 (a single-token sequence is never emitted).  The kwargs combine with any model's ``generate``.
 
-Example:
-    >>> kwargs = banned_generate_kwargs(tokenizer, ["darn"])                      # doctest: +SKIP
-    >>> model.generate(input_ids, do_sample=True, max_new_tokens=20, **kwargs)   # doctest: +SKIP
+Usage (any Hugging Face tokenizer and causal LM)::
+
+    kwargs = banned_generate_kwargs(tokenizer, ["darn"])      # {"bad_words_ids": [[...], ...]}
+    model.generate(input_ids, do_sample=True, max_new_tokens=20, **kwargs)
 """
 
 from __future__ import annotations

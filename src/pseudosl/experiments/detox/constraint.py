@@ -49,7 +49,8 @@ class ForbiddenWords:
         sequences: every forbidden token sequence (both spellings of each word), longer ones included.
         window: ``L``, the number of token positions.
         stats: ``n_words``, ``n_sequences``, ``n_too_long`` (sequences longer than ``window``),
-            ``n_tokens`` (``D``), ``n_states`` (automaton), ``nodes``, ``edges``, ``compile_s``.
+            ``n_tokens`` (``D``), ``n_states`` (automaton), ``nodes``, ``edges``, ``compile_s`` (seconds to
+            build the automaton and the circuit; a load from the disk cache when it was cached).
     """
 
     circuit: pseudosl.Circuit
@@ -129,10 +130,10 @@ def forbidden_words_constraint(tokenizer: Any, words: Sequence[str], window: int
         cache: use the on-disk circuit cache.
         vocab_size: the model's vocabulary size when it differs from ``len(tokenizer)`` (padded embeddings).
 
-    Example:
-        >>> from pseudosl.experiments.detox.words import load_words
-        >>> fw = forbidden_words_constraint(gpt2_tokenizer, load_words(), window=10)   # doctest: +SKIP
-        >>> fw.stats["n_tokens"], fw.circuit.n_nodes                                  # doctest: +SKIP
+    Usage (``tokenizer``: GPT-2's; see docs/detox.md for the sizes)::
+
+        fw = forbidden_words_constraint(tokenizer, load_words(), window=10)
+        fw.stats["n_tokens"], fw.circuit.n_nodes
     """
     vocab_size = len(tokenizer) if vocab_size is None else vocab_size
     fw = forbidden_sequences_constraint(forbidden_sequences(tokenizer, words), vocab_size, window, cache=cache)

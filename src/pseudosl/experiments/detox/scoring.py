@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import time
@@ -169,7 +170,7 @@ class PerspectiveScorer:
                     raise PerspectiveError(f"Perspective API answered HTTP {e.code} for text {text[:60]!r}: "
                                            f"{detail}") from None
                 problem, retry_after = f"HTTP {e.code}: {detail}", e.headers.get("Retry-After")
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+            except (urllib.error.URLError, http.client.HTTPException, TimeoutError, ConnectionError) as e:
                 problem = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
             if attempt == self.max_retries:
                 raise PerspectiveError(f"Perspective API failed {self.max_retries + 1} times at {self.endpoint} "
@@ -245,9 +246,10 @@ class LexicalScorer:
 def make_scorer(name: str, **kw: Any) -> ToxicityScorer:
     """The scorer called ``name`` (one of :data:`SCORERS`), built with keyword arguments ``kw``.
 
-    Example:
-        >>> make_scorer("lexical", tokenizer=tok, words=["darn"]).name     # doctest: +SKIP
-        'lexical'
+    Usage::
+
+        make_scorer("perspective", qps=1.0)              # PERSPECTIVE_API_KEY must be set
+        make_scorer("lexical", tokenizer=tokenizer, words=load_words())
     """
     if name == "perspective":
         return PerspectiveScorer(**kw)

@@ -1,9 +1,10 @@
 """The forbidden word list: one entry per line (the LDNOOBW format), or the default list of a package.
 
 The paper constrains GPT-2 with the English "List of Dirty, Naughty, Obscene and Otherwise Bad
-Words" (LDNOOBW, about 400 entries).  The default list here is the one shipped by the PyPI package
-``leoprofanity`` (MIT licence; its ``dictionary/default.json`` is the Shutterstock dictionary, i.e.
-LDNOOBW's English list without its multi-word phrases, 252 entries).  Any list in the LDNOOBW
+Words" (LDNOOBW, published by Shutterstock; about 400 entries, multi-word phrases included).  The
+default list here is the one shipped by the PyPI package ``leoprofanity`` 0.0.4 (MIT licence): its
+``dictionary/default.json``, the "Shutterstock dictionary" its README names, 252 single-word entries
+derived from LDNOOBW's English list.  Any list in the LDNOOBW
 layout -- one entry per line, ``#`` comment lines and blank lines ignored -- can be passed instead
 (``--bad-words FILE``); a ``.json`` file holding a list of strings is read as well.
 
