@@ -80,7 +80,7 @@ def test_config_errors_name_the_field(tmp_path, shared):
     with pytest.raises(ConfigError, match="psl_source"):
         _cfg(tmp_path, shared, psl_source="everything")
     with pytest.raises(ConfigError, match="heldout_docs"):
-        _cfg(tmp_path, shared, n_test_prompts=40)
+        _cfg(tmp_path, shared, ppl_docs=15)
     with pytest.raises(ConfigError, match="pt_ctx"):
         _cfg(tmp_path, shared, gen_length=40)
     with pytest.raises(ConfigError, match="pt_heads"):

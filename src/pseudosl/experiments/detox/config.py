@@ -93,15 +93,12 @@ class DetoxConfig(RunConfig):
             raise ConfigError(f"corpus = {self.corpus!r}: expected 'kjv' or 'text:<file>'")
         if self.pt_embd % self.pt_heads:
             raise ConfigError(f"pt_embd = {self.pt_embd} is not a multiple of pt_heads = {self.pt_heads}")
-        if self.n_val_prompts + self.n_test_prompts > self.heldout_docs and self.prompts is None:
-            raise ConfigError(f"n_val_prompts + n_test_prompts = {self.n_val_prompts + self.n_test_prompts} exceeds "
-                              f"heldout_docs = {self.heldout_docs} (one prompt per held-out document); raise "
-                              f"heldout_docs or lower the prompt counts")
         if self.model == "scratch" and max(self.gen_length + 1, self.eval_new_tokens + 1) > self.pt_ctx:
             raise ConfigError(f"pt_ctx = {self.pt_ctx} is shorter than BOS + gen_length = {self.gen_length + 1} or a "
                               f"prompt token + eval_new_tokens = {self.eval_new_tokens + 1}; raise pt_ctx")
-        if self.ppl_docs > self.heldout_docs:
-            raise ConfigError(f"ppl_docs = {self.ppl_docs} exceeds heldout_docs = {self.heldout_docs}")
+        if self.ppl_docs >= self.heldout_docs - 1:
+            raise ConfigError(f"ppl_docs = {self.ppl_docs} leaves fewer than 2 of heldout_docs = {self.heldout_docs} "
+                              f"for the validation and test prompts; raise heldout_docs or lower ppl_docs")
 
 
 def load_config(path: str | Path | None = None, **overrides) -> DetoxConfig:

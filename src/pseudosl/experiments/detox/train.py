@@ -35,7 +35,6 @@ from .pretrain import data_root, pretrain
 
 __all__ = ["DetoxExperiment", "Objective", "EvalSet", "Context", "evaluate", "main", "LABELS", "PAPER", "METRICS"]
 
-PROMPT_WORDS = 12  # corpus prompts: the first 12 words of a held-out document (RealToxicityPrompts: ~11 on average)
 LABELS = {"base": "Base LM", "sgeat": "SGEAT", "psl": "SGEAT + PSL"}
 _SUBSETS = ("full", "toxic", "nontoxic")
 _TOX = tuple(f"{m}_{s}" for s in _SUBSETS for m in ("emt", "tp"))
@@ -157,10 +156,9 @@ def _prompts(cfg: DetoxConfig, pool_val: list[str], pool_test: list[str], scorer
                              f"{cfg.n_val_prompts + cfg.n_test_prompts}")
         val = [prompts[i] for i in order[:cfg.n_val_prompts]]
         return val, [prompts[i] for i in order[cfg.n_val_prompts:cfg.n_val_prompts + cfg.n_test_prompts]]
-    # a prompt is the first half of a text of <= 2 * PROMPT_WORDS words: the opening words of a document
-    cut = lambda docs: [" ".join(d.split()[:2 * PROMPT_WORDS]) for d in docs]  # noqa: E731
-    return (corpus_prompts(cut(pool_val), scorer, cfg.n_val_prompts, seed=cfg.data_seed, max_words=PROMPT_WORDS),
-            corpus_prompts(cut(pool_test), scorer, cfg.n_test_prompts, seed=cfg.data_seed + 1, max_words=PROMPT_WORDS))
+    # the first halves of sentences of held-out documents, as RealToxicityPrompts cut its prompts
+    return (corpus_prompts(pool_val, scorer, cfg.n_val_prompts, seed=cfg.data_seed),
+            corpus_prompts(pool_test, scorer, cfg.n_test_prompts, seed=cfg.data_seed + 1))
 
 
 def build_context(cfg: DetoxConfig, print_fn: Any = print) -> tuple[Context, Splits]:
