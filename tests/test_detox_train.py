@@ -156,6 +156,12 @@ def test_quick_pipeline_end_to_end_with_resume_and_eval(tmp_path, shared, capsys
     train(exp, more, resume=True)
     assert load_checkpoint(out / "psl-seed0" / "checkpoint.pt", "detox")["epoch"] == 2
     assert load_checkpoint(out / "base-seed0" / "checkpoint.pt", "detox")["epoch"] == 0
+    # ... exactly: the same weights as 2 epochs without a break (evaluation sampling does not touch the RNG)
+    straight = _cfg(tmp_path, shared, epochs=2, patience=3, models=["sgeat"], out=str(tmp_path / "straight"))
+    train(exp, straight)
+    a = load_checkpoint(out / "sgeat-seed0" / "checkpoint.pt", "detox")["model"]
+    b = load_checkpoint(tmp_path / "straight" / "sgeat-seed0" / "checkpoint.pt", "detox")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
     capsys.readouterr()
     assert cli_main(["detox", "eval", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
