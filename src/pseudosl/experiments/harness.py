@@ -365,7 +365,8 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
     if accelerator.is_main_process:
         from .plots import plot_curves
         (out / "results.json").write_text(json.dumps(result, indent=2))
-        plot_curves(result["runs"], exp.curve_metrics or exp.metrics, out / "curves.png", labels=exp.labels, title=f"{exp.name}, preset {cfg.preset}")
+        plot_curves(result["runs"], exp.curve_metrics or exp.metrics, out / "curves.png", labels=exp.labels,
+                    title=f"{exp.name}, preset {cfg.preset}", units=exp.units)
         first: dict[str, Any] = {}
         for r in runs:
             first.setdefault(r["model"], r["predictions"])
