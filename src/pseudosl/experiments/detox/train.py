@@ -1,0 +1,270 @@
+"""Detoxifying a language model (paper Table 3): base / SGEAT / PSL on the shared harness.
+
+    pseudosl detox pretrain --quick     # the scratch GPT-2 (cached; train runs it when needed)
+    pseudosl detox generate --quick     # SGEAT's scored unprompted samples (cached)
+    pseudosl detox train --quick        # base, SGEAT, PSL; each evaluated with and without word banning
+    accelerate launch -m pseudosl.cli detox train --preset paper
+
+Models: ``base`` (the pretrained LM, not trained), ``sgeat`` (LM loss on the least toxic half of its own
+samples), ``psl`` (the same + ``psl_weight`` x the pseudo-semantic loss of "no forbidden word in the
+window", on windows of the toxic half or on model samples).  Metrics (lower is better): expected maximum
+toxicity and toxicity probability on all / toxic / non-toxic prompts and held-out perplexity; ``ban_*`` the
+same with word banning at decoding (perplexity then on the least toxic half of the held-out text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.utils.data import TensorDataset
+
+import pseudosl
+
+from ..harness import Experiment, Splits, make_accelerator
+from ..harness import train as harness_train
+from .config import PRESETS, DetoxConfig
+from .corpus import load_corpus, split_documents
+from .generation import forbidden_windows, scored_generations, sgeat_split
+from .lm import bos_id, load_lm, sample_continuations, text_perplexity
+from .pretrain import data_root, pretrain
+
+__all__ = ["DetoxExperiment", "Objective", "EvalSet", "Context", "evaluate", "main", "LABELS", "PAPER", "METRICS"]
+
+LABELS = {"base": "Base LM", "sgeat": "SGEAT", "psl": "SGEAT + PSL"}
+_SUBSETS = ("full", "toxic", "nontoxic")
+_TOX = tuple(f"{m}_{s}" for s in _SUBSETS for m in ("emt", "tp"))
+METRICS = (*_TOX, "ppl", *(f"ban_{m}" for m in _TOX), "ban_ppl")
+# Paper Table 3 (GPT-2 124M, Perspective API scores): not filled in -- see docs/detox.md (TODO).
+PAPER: dict[str, dict[str, float]] = {}
+
+
+@dataclass
+class EvalSet:
+    """Prompts (``detox.prompts.Prompt``) and held-out texts; ``banning``: also evaluate with word banning."""
+
+    prompts: list
+    ppl_texts: list[str]
+    ppl_clean_texts: list[str] = field(default_factory=list)  # least toxic half, for perplexity under banning
+    banning: bool = False
+
+
+@dataclass
+class Context:
+    """What every run of one config shares: the model folder, tokenizer, constraint, scorer, words."""
+
+    model_path: str
+    tokenizer: Any
+    words: list[str]
+    constraint: Any  # detox.constraint.ForbiddenWords
+    scorer: Any
+    generations: dict
+
+
+# -- the training objective ------------------------------------------------------------------------
+class Objective(nn.Module):
+    """LM loss on SGEAT's clean samples (+ weight x PSL for ``psl``); ``forward`` returns ``(loss, parts)``."""
+
+    def __init__(self, model: nn.Module, name: str, cfg: DetoxConfig, ctx: Context) -> None:
+        super().__init__()
+        self.model, self.name, self.cfg, self.ctx = model, name, cfg, ctx
+        self.circuit = ctx.constraint.circuit if name == "psl" else None  # a module: moves with the objective
+
+    def forward(self, ids: Tensor, windows: Tensor, constrained: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
+        lm = self.model(input_ids=ids, labels=ids).loss  # ids (B, 1 + gen_length): BOS, then the sample
+        parts = {"lm": lm.detach()}
+        if self.name != "psl" or not constrained or self.cfg.psl_weight == 0:
+            return lm, parts
+        m = self.cfg.psl_examples or ids.shape[0]
+        bos = ids[:m, :1]  # (m, 1): the window is scored as a continuation of BOS
+        engine = pseudosl.CausalLMEngine(self.model, bos, value_map=self.ctx.constraint.value_map, top_k=self.cfg.psl_top_k)
+        if self.cfg.psl_source == "toxic":
+            anchors = windows[:m]  # (m, psl_window) windows of the toxic half, around a forbidden word if any
+        else:
+            anchors = engine.sample(self.cfg.psl_window, top_p=self.cfg.gen_top_p, temperature=self.cfg.gen_temperature,
+                                    pad_token_id=self.ctx.tokenizer.pad_token_id)
+        psl = pseudosl.pseudo_semantic_loss(engine, self.circuit, anchors)
+        parts["psl"] = psl.detach()
+        return lm + self.cfg.psl_weight * psl, parts
+
+
+# -- evaluation --------------------------------------------------------------------------------------
+def _toxicity(scores: np.ndarray, prompts: list, cfg: DetoxConfig, prefix: str) -> dict[str, float]:
+    from .metrics import toxicity_metrics
+    from .prompts import split_by_toxicity
+    toxic, nontoxic = split_by_toxicity(prompts, cfg.toxic_threshold)
+    tox_ids, non_ids = {id(p) for p in toxic}, {id(p) for p in nontoxic}
+    out = {}
+    for subset, keep in (("full", None), ("toxic", tox_ids), ("nontoxic", non_ids)):
+        rows = [i for i, p in enumerate(prompts) if keep is None or id(p) in keep]
+        if rows:
+            m = toxicity_metrics(scores[rows], cfg.toxic_threshold)
+            emt, tp = m["expected_max_toxicity"], m["toxicity_probability"]
+        else:
+            emt = tp = float("nan")
+        out[f"{prefix}emt_{subset}"], out[f"{prefix}tp_{subset}"] = float(emt), float(tp)
+    return out
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: EvalSet, cfg: DetoxConfig, ctx: Context) -> tuple[dict[str, float], dict]:
+    """EMT / TP on the prompts (``G`` continuations each) and perplexity; ``ban_*`` with word banning.
+
+    Sampling uses a fixed seed (``data_seed``) inside a forked RNG, so every model sees the same draws and the
+    training RNG is untouched.  Every process evaluates all prompts (results are identical across processes).
+    """
+    from .banning import banned_generate_kwargs
+    from transformers import NoBadWordsLogitsProcessor
+    tok, texts = ctx.tokenizer, [p.text for p in data.prompts]
+    metrics: dict[str, float] = {}
+    examples: dict[str, Any] = {"prompts": texts[:6]}
+    for ban in ((False, True) if data.banning else (False,)):
+        kw = banned_generate_kwargs(tok, ctx.words) if ban else {}
+        prefix = "ban_" if ban else ""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.data_seed)
+            if torch.cuda.is_available():
+                torch.cuda.manual_seed_all(cfg.data_seed)
+            _, conts = sample_continuations(model, tok, texts, cfg.eval_generations, cfg.eval_new_tokens,
+                                            top_p=cfg.eval_top_p, batch_size=cfg.eval_batch, **kw)
+        flat = [c for row in conts for c in row]
+        scores = np.asarray(ctx.scorer.score(flat), dtype=float).reshape(len(texts), cfg.eval_generations)
+        metrics.update(_toxicity(scores, data.prompts, cfg, prefix))
+        if ban:
+            proc = NoBadWordsLogitsProcessor(kw["bad_words_ids"], eos_token_id=tok.eos_token_id)
+            metrics["ban_ppl"] = text_perplexity(model, tok, data.ppl_clean_texts, logits_processor=proc)
+        else:
+            metrics["ppl"] = text_perplexity(model, tok, data.ppl_texts)
+        worst = scores.argmax(1)
+        examples[f"{prefix}continuations"] = [conts[i][worst[i]] for i in range(min(6, len(texts)))]
+        examples[f"{prefix}max_scores"] = scores.max(1).tolist()
+    return metrics, examples
+
+
+# -- data --------------------------------------------------------------------------------------------
+def _prompts(cfg: DetoxConfig, pool_val: list[str], pool_test: list[str], scorer: Any) -> tuple[list, list]:
+    from .prompts import corpus_prompts, load_realtoxicityprompts
+    if cfg.prompts is not None:
+        prompts = load_realtoxicityprompts(cfg.prompts)
+        order = np.random.default_rng(cfg.data_seed).permutation(len(prompts))
+        if len(prompts) < cfg.n_val_prompts + cfg.n_test_prompts:
+            raise ValueError(f"{cfg.prompts}: {len(prompts)} prompts, fewer than n_val_prompts + n_test_prompts = "
+                             f"{cfg.n_val_prompts + cfg.n_test_prompts}")
+        val = [prompts[i] for i in order[:cfg.n_val_prompts]]
+        return val, [prompts[i] for i in order[cfg.n_val_prompts:cfg.n_val_prompts + cfg.n_test_prompts]]
+    # the first halves of sentences of held-out documents, as RealToxicityPrompts cut its prompts
+    return (corpus_prompts(pool_val, scorer, cfg.n_val_prompts, seed=cfg.data_seed),
+            corpus_prompts(pool_test, scorer, cfg.n_test_prompts, seed=cfg.data_seed + 1))
+
+
+def build_context(cfg: DetoxConfig, print_fn: Any = print) -> tuple[Context, Splits]:
+    """Model (pretrained if ``model = 'scratch'``), constraint, scorer, SGEAT data and the evaluation sets."""
+    from .constraint import forbidden_words_constraint
+    from .scoring import make_scorer
+    from .words import load_words
+    root = data_root(cfg.data_dir)
+    path = str(pretrain(cfg)) if cfg.model == "scratch" else cfg.model
+    model, tok = load_lm(path)
+    words = load_words(cfg.bad_words)
+    fw = forbidden_words_constraint(tok, words, cfg.psl_window)
+    scorer = make_scorer(cfg.scorer, **({"tokenizer": tok, "words": words} if cfg.scorer == "lexical" else {}))
+    acc = make_accelerator()  # under `accelerate launch` the main process samples, the others read its cache
+    if acc.is_main_process:
+        scored_generations(model, tok, scorer, cfg, path, root, print_fn)
+    acc.wait_for_everyone()
+    gens = scored_generations(model, tok, scorer, cfg, path, root, print_fn)
+    clean, toxic = sgeat_split(gens["scores"])
+    bos = torch.full((len(clean), 1), bos_id(tok), dtype=torch.long)
+    train_ids = torch.cat([bos, gens["ids"][clean]], 1)  # (N/2, 1 + gen_length)
+    windows = forbidden_windows(gens["ids"][toxic], fw.sequences, cfg.psl_window, cfg.data_seed)  # (N - N/2, w)
+    windows = windows[torch.arange(len(clean)) % len(windows)]  # one toxic window per clean sample, cycled
+    ctx = Context(path, tok, words, fw, scorer, gens)
+    # held-out documents (never pretrained on): perplexity texts, then the validation and test prompt pools
+    _, heldout = split_documents(load_corpus(cfg.corpus, cfg.doc_sentences), cfg.heldout_docs, cfg.data_seed)
+    ppl_texts, rest = heldout[:cfg.ppl_docs], heldout[cfg.ppl_docs:]
+    cut = max(1, len(rest) * cfg.n_val_prompts // (cfg.n_val_prompts + cfg.n_test_prompts))
+    val_prompts, test_prompts = _prompts(cfg, rest[:cut], rest[cut:], scorer)
+    # word banning: perplexity on the least toxic half, less any text holding a banned word (probability 0)
+    from .constraint import contains_forbidden
+    lo, _ = sgeat_split(scorer.score(ppl_texts))
+    lo = [i for i in lo if not contains_forbidden(tok.encode(ppl_texts[i], add_special_tokens=False), fw.sequences)]
+    val = EvalSet(val_prompts, [p.text for p in val_prompts])
+    test = EvalSet(test_prompts, ppl_texts, [ppl_texts[i] for i in lo], banning=True)
+    s = np.asarray(gens["scores"])
+    desc = (f"{len(s)} unprompted samples (mean toxicity {s.mean():.3f}; SGEAT keeps {len(clean)} at <= "
+            f"{s[clean].max():.3f}), {len(val_prompts)} validation / {len(test_prompts)} test prompts, "
+            f"{len(ppl_texts)} perplexity texts; constraint: {fw.stats.get('n_sequences')} forbidden sequences, "
+            f"{fw.stats.get('n_tokens')} tokens, window {cfg.psl_window}; scorer {scorer.name}")
+    return ctx, Splits(TensorDataset(train_ids, windows), val, test, desc)
+
+
+# -- the experiment ------------------------------------------------------------------------------------
+class DetoxExperiment(Experiment[DetoxConfig]):
+    name = "detox"
+    config_class = DetoxConfig
+    labels = LABELS
+    metrics = METRICS
+    units = {m: "" for m in METRICS}
+    curve_metrics = ("emt_full", "ppl")
+    test_curves = False  # the test evaluation (with banning) runs once, on the selected checkpoint
+    paper = PAPER
+    presets = PRESETS
+    actions = {"pretrain": "pretrain the scratch GPT-2 and its tokenizer on the corpus (cached)",
+               "generate": "sample and score SGEAT's unprompted generations (cached; pretrains first if needed)"}
+
+    def __init__(self) -> None:
+        self._contexts: dict[str, tuple[Context, Splits]] = {}
+
+    def context(self, cfg: DetoxConfig) -> tuple[Context, Splits]:
+        key = cfg.content_key()
+        if key not in self._contexts:
+            self._contexts[key] = build_context(cfg)
+        return self._contexts[key]
+
+    def load_data(self, cfg: DetoxConfig) -> Splits:
+        return self.context(cfg)[1]
+
+    def build_model(self, name: str, cfg: DetoxConfig) -> nn.Module:
+        return load_lm(self.context(cfg)[0].model_path)[0]
+
+    def objective(self, model: nn.Module, name: str, cfg: DetoxConfig) -> nn.Module:
+        return Objective(model, name, cfg, self.context(cfg)[0])
+
+    def optimizer(self, model: nn.Module, cfg: DetoxConfig) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    def trains(self, name: str, cfg: DetoxConfig) -> bool:
+        return name != "base"
+
+    def evaluate(self, model: nn.Module, data: EvalSet, cfg: DetoxConfig, accelerator: Any):
+        return evaluate(model, data, cfg, self.context(cfg)[0])
+
+    def selection_key(self, val: dict[str, float], cfg: DetoxConfig) -> list[float]:
+        return [-val["ppl"]] if cfg.select == "ppl" else [-val["emt_full"], -val["ppl"]]
+
+    def run_action(self, action: str, cfg: DetoxConfig) -> None:
+        if action == "pretrain":
+            path = pretrain(cfg) if cfg.model == "scratch" else None
+            print(f"model: {path or cfg.model}" + ("" if path else " (given; nothing to pretrain)"))
+        elif action == "generate":
+            ctx, splits = self.context(cfg)
+            print(splits.description)
+        else:
+            super().run_action(action, cfg)
+
+    def report(self, result: dict, out: Path) -> None:
+        from .report import write_report
+        write_report(result, out, self.labels)
+
+    def plot_examples(self, test: EvalSet, predictions: dict[str, Any], path: Path) -> None:
+        from .report import plot_examples
+        plot_examples(predictions, path, self.labels)
+
+
+def main(cfg: DetoxConfig, resume: bool = False, overwrite: bool = False) -> dict:
+    """Train every model in ``cfg.models`` for every seed, then write results, tables and figures."""
+    return harness_train(DetoxExperiment(), cfg, resume=resume, overwrite=overwrite)

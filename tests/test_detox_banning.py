@@ -1,0 +1,60 @@
+"""Word banning through Hugging Face ``generate``: a tiny GPT-2 biased towards the forbidden tokens
+emits them constantly without banning and never completes a banned sequence with it."""
+
+import torch
+
+from detox_tokenizer import tiny_tokenizer
+from pseudosl.experiments.detox.banning import bad_words_ids, banned_generate_kwargs
+from pseudosl.experiments.detox.constraint import contains_forbidden, forbidden_sequences
+
+WORDS = ["darn", "heck", "frickin", "brown dog", "xyzzy"]
+
+
+def biased_gpt2(vocab_size: int, favoured: list[int], logit: float = 6.0):
+    """A 1-layer random GPT-2 whose next-token distribution puts most mass on ``favoured`` tokens."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=vocab_size, n_positions=64, bos_token_id=0, eos_token_id=0,
+                     tie_word_embeddings=False)
+    model = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        direction = torch.zeros(32)
+        direction[0] = 1.0
+        model.transformer.ln_f.weight.zero_()      # the final hidden state is always `direction`
+        model.transformer.ln_f.bias.copy_(direction)
+        model.lm_head.weight.normal_(0.0, 0.1)
+        model.lm_head.weight[favoured] += logit * direction
+    return model
+
+
+def _samples(model, tok, n: int, **kwargs) -> list[list[int]]:
+    prompt = torch.full((n, 1), tok.eos_token_id)
+    out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=True, top_k=0,
+                         max_new_tokens=24, min_new_tokens=24, pad_token_id=tok.eos_token_id, **kwargs)
+    return out[:, 1:].tolist()
+
+
+def test_bad_words_ids_both_spellings():
+    tok = tiny_tokenizer()
+    ids = bad_words_ids(tok, WORDS)
+    assert ids == forbidden_sequences(tok, WORDS)
+    for w in WORDS:
+        assert tok.encode(w, add_special_tokens=False) in ids and tok.encode(" " + w, add_special_tokens=False) in ids
+    assert banned_generate_kwargs(tok, WORDS) == {"bad_words_ids": ids}
+
+
+def test_banning_never_emits_a_banned_sequence():
+    tok = tiny_tokenizer()
+    banned = bad_words_ids(tok, WORDS)
+    assert any(len(s) > 1 for s in banned) and any(len(s) == 1 for s in banned)
+    model = biased_gpt2(len(tok), sorted({t for s in banned for t in s}))
+    torch.manual_seed(1)
+    free = _samples(model, tok, 100)
+    assert sum(contains_forbidden(s, banned) for s in free) > 90  # the bias works: banning has work to do
+    torch.manual_seed(1)
+    kept = _samples(model, tok, 500, **banned_generate_kwargs(tok, WORDS))
+    assert not any(contains_forbidden(s, banned) for s in kept)
+    # the multi-token words' first tokens are still emitted (banning is per sequence, not per token)
+    firsts = {s[0] for s in banned if len(s) > 1} - {s[0] for s in banned if len(s) == 1}
+    assert any(t in firsts for s in kept for t in s)

@@ -1,0 +1,173 @@
+"""Detox training half: pretraining from scratch, SGEAT's selection, the PSL objective, the pipeline end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from pseudosl.experiments.config import ConfigError  # noqa: E402
+from pseudosl.experiments.detox.config import DetoxConfig  # noqa: E402
+from pseudosl.experiments.detox.generation import first_occurrence, forbidden_windows, sgeat_split  # noqa: E402
+
+WORDS = ["darn", "heck"]
+TEXT = "\n\n".join(
+    [f"the quick brown fox {i} jumps over the lazy dog and the dog sleeps" for i in range(20)]
+    + [f"darn it said the fox {i}, what the heck is the dog doing" for i in range(10)]
+    + [f"a good day for a walk in the park with the brown dog {i}" for i in range(20)])
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """Corpus, word list and the data cache shared by the tests (the tiny model is pretrained once)."""
+    d = tmp_path_factory.mktemp("detox")
+    (d / "corpus.txt").write_text(TEXT)
+    (d / "words.txt").write_text("\n".join(WORDS) + "\n")
+    return d
+
+
+def _cfg(tmp_path, shared, **kw) -> DetoxConfig:
+    base = dict(preset="test", seeds=[0], corpus=f"text:{shared / 'corpus.txt'}", data_dir=str(shared / "cache"),
+                heldout_docs=16, pt_vocab=300, pt_layers=1, pt_heads=2, pt_embd=16, pt_ctx=32, pt_epochs=1,
+                pt_batch=8, n_generations=8, gen_length=8, gen_batch=8, scorer="lexical",
+                bad_words=str(shared / "words.txt"), epochs=2, batch_size=2, lr=1e-3, psl_window=4, psl_top_k=2,
+                psl_examples=1, n_val_prompts=2, n_test_prompts=4, eval_generations=2, eval_new_tokens=4,
+                ppl_docs=4, out=str(tmp_path / "out"), threads=1)
+    base.update(kw)
+    return DetoxConfig(**base)
+
+
+def test_pretrain_from_scratch_loads_back_through_from_pretrained(tmp_path, shared):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from pseudosl.experiments.detox.pretrain import pretrain
+    cfg = _cfg(tmp_path, shared)
+    path = pretrain(cfg)
+    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    assert model.config.n_layer == 1 and model.config.vocab_size == len(tok)
+    ids = tok("the quick brown fox", return_tensors="pt").input_ids
+    assert tok.decode(ids[0]) == "the quick brown fox"  # byte-level BPE round trip
+    assert model(input_ids=ids).logits.shape == (1, ids.shape[1], len(tok))
+    info = json.loads((path / "done.json").read_text())
+    assert info["train_documents"] == 50 - 16 and info["heldout_ppl"] > 1
+    assert pretrain(cfg) == path  # cached: the second call finds it
+
+
+def test_sgeat_keeps_the_least_toxic_half():
+    scores = [0.9, 0.1, 0.5, 0.05, 0.7, 0.3]
+    clean, toxic = sgeat_split(scores)
+    assert clean.tolist() == [1, 3, 5] and toxic.tolist() == [0, 2, 4]
+    clean, toxic = sgeat_split([0.2, 0.2, 0.2, 0.1, 0.9])  # odd: the middle goes to the rest; ties keep order
+    assert clean.tolist() == [0, 3] and toxic.tolist() == [1, 2, 4]
+    with pytest.raises(ValueError, match="NaN"):
+        sgeat_split([0.1, float("nan")])
+
+
+def test_forbidden_windows_centre_the_first_forbidden_sequence():
+    seqs = [[7, 8], [9]]
+    assert first_occurrence([1, 2, 7, 8, 9], seqs) == (2, 2)
+    assert first_occurrence([1, 2, 3], seqs) is None
+    ids = torch.tensor([[1, 2, 3, 4, 5, 7, 8, 6], [1, 2, 3, 4, 5, 6, 1, 2]])
+    w = forbidden_windows(ids, seqs, 4, seed=0)
+    assert w[0].tolist() == [5, 7, 8, 6]
+    assert w.shape == (2, 4) and any(w[1].tolist() == ids[1, s:s + 4].tolist() for s in range(5))
+
+
+def test_config_errors_name_the_field(tmp_path, shared):
+    with pytest.raises(ConfigError, match="psl_source"):
+        _cfg(tmp_path, shared, psl_source="everything")
+    with pytest.raises(ConfigError, match="heldout_docs"):
+        _cfg(tmp_path, shared, ppl_docs=15)
+    with pytest.raises(ConfigError, match="pt_ctx"):
+        _cfg(tmp_path, shared, gen_length=40)
+    with pytest.raises(ConfigError, match="pt_heads"):
+        _cfg(tmp_path, shared, pt_embd=15)
+
+
+def _tiny_psl_objective(tmp_path, shared, source="toxic"):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from pseudosl.experiments.detox.constraint import forbidden_words_constraint
+    from pseudosl.experiments.detox.train import Context, Objective
+    from detox_tokenizer import tiny_tokenizer
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=16, n_layer=1, n_head=2))
+    fw = forbidden_words_constraint(tok, WORDS, window=4, cache=False)
+    cfg = _cfg(tmp_path, shared, psl_weight=1.0, psl_examples=2, psl_source=source)
+    ctx = Context("tiny", tok, WORDS, fw, None, {})
+    eos = tok.eos_token_id
+    ids = torch.tensor([[eos] + tok("the quick brown fox jumps").input_ids[:5]] * 2)
+    window = tok(" darn it the heck").input_ids[:4]
+    windows = torch.tensor([window, window])
+    return Objective(model, "psl", cfg, ctx), ids, windows, fw
+
+
+def test_psl_objective_backpropagates_and_lowers_the_loss(tmp_path, shared):
+    from pseudosl.experiments.detox.constraint import contains_forbidden
+    objective, ids, windows, fw = _tiny_psl_objective(tmp_path, shared)
+    assert contains_forbidden(windows[0].tolist(), fw.sequences)  # the anchor violates the constraint
+    opt = torch.optim.Adam(objective.parameters(), lr=1e-2)
+    psl = []
+    for _ in range(6):
+        loss, parts = objective(ids, windows)
+        assert set(parts) == {"lm", "psl"} and torch.isfinite(loss)
+        opt.zero_grad()
+        loss.backward()
+        assert objective.model.transformer.wte.weight.grad.abs().sum() > 0
+        opt.step()
+        psl.append(parts["psl"].item())
+    assert psl[-1] < psl[0]
+    loss, parts = objective(ids, windows, constrained=False)  # warm-up epochs: the LM loss only
+    assert set(parts) == {"lm"}
+
+
+def test_psl_on_model_samples(tmp_path, shared):
+    objective, ids, windows, _ = _tiny_psl_objective(tmp_path, shared, source="samples")
+    loss, parts = objective(ids, windows)
+    loss.backward()
+    assert torch.isfinite(parts["psl"])
+
+
+def test_quick_pipeline_end_to_end_with_resume_and_eval(tmp_path, shared, capsys):
+    from pseudosl.cli import main as cli_main
+    from pseudosl.experiments.detox.train import METRICS, DetoxExperiment
+    from pseudosl.experiments.harness import load_checkpoint, train
+    cfg = _cfg(tmp_path, shared, epochs=1, patience=3)
+    exp = DetoxExperiment()
+    result = train(exp, cfg)
+    out = tmp_path / "out"
+    for f in ("results.json", "table.txt", "table_paper.md", "comparison.png", "examples.png", "curves.png"):
+        assert (out / f).is_file(), f
+    runs = {r["model"]: r for r in result["runs"]}
+    assert set(runs) == {"base", "sgeat", "psl"}
+    for r in runs.values():
+        assert all(0 <= r[m] <= 1 for m in METRICS if "ppl" not in m and r[m] == r[m]), r  # NaN: no prompt in a subset
+        assert r["ppl"] > 1 and r["ban_ppl"] > 1
+    assert runs["base"]["epochs_trained"] == 0 and runs["psl"]["epochs_trained"] == 1
+    # the PSL term ran: its loss differs from SGEAT's (same data, same seed)
+    assert runs["psl"]["history"][0]["train_loss"] != runs["sgeat"]["history"][0]["train_loss"]
+    table = (out / "table_paper.md").read_text()
+    assert "SGEAT + PSL + word banning" in table and "Full EMT" in table
+    # --resume continues to epoch 2 from the saved state; base stays untrained
+    more = _cfg(tmp_path, shared, epochs=2, patience=3)
+    train(exp, more, resume=True)
+    assert load_checkpoint(out / "psl-seed0" / "checkpoint.pt", "detox")["epoch"] == 2
+    assert load_checkpoint(out / "base-seed0" / "checkpoint.pt", "detox")["epoch"] == 0
+    # ... exactly: the same weights as 2 epochs without a break (evaluation sampling does not touch the RNG)
+    straight = _cfg(tmp_path, shared, epochs=2, patience=3, models=["sgeat"], out=str(tmp_path / "straight"))
+    train(exp, straight)
+    a = load_checkpoint(out / "sgeat-seed0" / "checkpoint.pt", "detox")["model"]
+    b = load_checkpoint(tmp_path / "straight" / "sgeat-seed0" / "checkpoint.pt", "detox")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    capsys.readouterr()
+    assert cli_main(["detox", "eval", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "SGEAT + PSL" in printed and "Base LM" in printed
+    # the extra CLI steps parse the same flags and find the cached outputs
+    (tmp_path / "c.toml").write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in more.to_dict().items()
+                                               if v is not None and k != "preset"))
+    assert cli_main(["detox", "generate", "--config", str(tmp_path / "c.toml")]) == 0
+    assert "unprompted samples" in capsys.readouterr().out
