@@ -189,6 +189,30 @@ def reproduce_section(mode: str, runs: Path, figures: Path, results: dict) -> st
         shutil.copyfile(out / "fidelity_positions.png", figures / png)
         blocks += [f"Command: `{command}` (seed 0).", "", "```", result["report"], "```", "",
                    f"![per-position entropy, Sudoku {name}](figures/{png})", ""]
+    lm = _detox_language_model(results)
+    if lm is not None:  # the detox experiment's language model, on windows of 10 tokens as the paper's GPT-2
+        out = runs / "fidelity" / "detox-lm"
+        n_lm = 4 if mode == "quick" else 16
+        command = f"pseudosl fidelity --hf-model {lm} --length 10 --n-examples {n_lm} --n-mc {n_mc} --out {out}"
+        gen = torch.Generator(device).manual_seed(0)
+        result = run_fidelity(hf_inputs(lm, 10, n_lm, device, generator=gen), out, n_mc=n_mc, generator=gen)
+        figures.mkdir(parents=True, exist_ok=True)
+        png = f"fidelity-{mode}-detox-lm.png"
+        shutil.copyfile(out / "fidelity_positions.png", figures / png)
+        blocks += [f"Command: `{command}` (seed 0).", "", "```", result["report"], "```", "",
+                   f"![per-position entropy, the detox language model](figures/{png})", ""]
     if not blocks:
-        return f"No checkpoint to measure: run `pseudosl reproduce --{mode} --only sudoku fidelity`."
+        return f"No model to measure: run `pseudosl reproduce --{mode} --only sudoku detox fidelity`."
     return "\n".join(blocks)
+
+
+def _detox_language_model(results: dict) -> str | None:
+    """The ``from_pretrained`` folder of the detox run's language model (the scratch GPT-2), if it ran."""
+    if "detox" not in results:
+        return None
+    from .detox.config import DetoxConfig
+    cfg = DetoxConfig(**results["detox"]["config"])
+    if cfg.model != "scratch":
+        return cfg.model
+    from .detox.pretrain import pretrain
+    return str(pretrain(cfg))  # cached by the run: returns the folder
