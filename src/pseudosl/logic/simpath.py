@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 import numpy as np
@@ -131,10 +132,11 @@ def normalized_bound(rows: int, cols: int, max_edges: int | None) -> int | None:
 
 
 class _Levels:
-    """Per-edge bookkeeping of the frontier: which cells enter, leave, and where they sit in the state."""
+    """Per-edge bookkeeping of the frontier: which cells enter and leave, and the capacity still to come."""
 
     def __init__(self, rows: int, cols: int) -> None:
         self.cols = cols
+        self.s, self.t = 0, rows * cols - 1
         self.edges = [(r * cols + c, r2 * cols + c2) for (r, c), (r2, c2) in grid_edges(rows, cols)]
         m, n = len(self.edges), rows * cols
         first, last = [m] * n, [-1] * n
@@ -145,50 +147,29 @@ class _Levels:
         self.before: list[list[int]] = []
         self.active: list[list[int]] = []
         self.leaving: list[list[int]] = []
+        self.future_capacity: list[int] = []  # after edge i: sum of max degrees of the cells not yet seen
         for i in range(m):
             self.before.append(frontier)
             active = sorted(frontier + [w for w in range(n) if first[w] == i])
             self.active.append(active)
             self.leaving.append([w for w in active if last[w] == i])
             frontier = [w for w in active if last[w] != i]
-        self.after_last = frontier
+            self.future_capacity.append(sum(1 if w in (self.s, self.t) else 2 for w in range(n) if first[w] > i))
+        self.before.append(frontier)
         assert not frontier
 
     def manhattan(self, a: int, b: int) -> int:
         return abs(a // self.cols - b // self.cols) + abs(a % self.cols - b % self.cols)
 
 
-def _remaining_lower_bound(lv: _Levels, mate: dict[int, int], s: int, t: int) -> int:
-    """A lower bound on the on-edges still to come, for a state that is not DONE.
-
-    The rest of the path joins the open end ``x`` of the ``s`` fragment to the open end ``y`` of the
-    ``t`` fragment through every other fragment (ends ``a_j, b_j``); the new edges between
-    consecutive ends number at least their Manhattan distance and at least one per gap, and a
-    fragment spans at most its ends' Manhattan distance, so
-    ``new >= max(k + 1, |x - y| - sum_j |a_j - b_j|)`` for ``k`` other fragments.
-    """
-    x = mate.get(s, s) if s in mate else next(w for w, m in mate.items() if m == s)
-    y = mate.get(t, t) if t in mate else t
-    if y == _DEG2 or x == _DEG2:
-        raise AssertionError("s or t with degree 2 survived pruning")
-    k, span = 0, 0
-    for w, m in mate.items():
-        if m != w and m != _DEG2 and w not in (x, y, s, t) and m not in (x, y, s, t) and w < m:
-            k += 1
-            span += lv.manhattan(w, m)
-    return max(k + 1, lv.manhattan(x, y) - span)
-
-
-def _step(lv: _Levels, i: int, state: tuple[int, ...], take: bool, bound: int | None,
-          s: int, t: int) -> tuple[int, ...] | None:
-    """The state after deciding edge ``i`` (``take``: on), or ``None`` if every completion is rejected."""
-    active, u, v = lv.active[i], *lv.edges[i]
-    if state == _DONE:
+def _step(lv: _Levels, i: int, mates: tuple[int, ...], take: bool) -> tuple[int, ...] | None:
+    """The mates after deciding edge ``i`` (``take``: on), ``_DONE``, or ``None`` if no completion is a path."""
+    if mates == _DONE:
         return None if take else _DONE
-    used = state[-1] if bound is not None else 0
-    mates = state[:-1] if bound is not None else state
+    s, t = lv.s, lv.t
+    u, v = lv.edges[i]
     mate = dict(zip(lv.before[i], mates))
-    for w in active:
+    for w in lv.active[i]:
         mate.setdefault(w, w)
     done = False
     if take:
@@ -196,9 +177,6 @@ def _step(lv: _Levels, i: int, state: tuple[int, ...], take: bool, bound: int | 
         if mu == _DEG2 or mv == _DEG2 or mu == v:  # degree 3, or closing a cycle
             return None
         if (u in (s, t) and mu != u) or (v in (s, t) and mv != v):  # s, t: degree 1
-            return None
-        used += 1
-        if bound is not None and used > bound:
             return None
         a = u if mu == u else mu  # the far ends of the two fragments being joined
         b = v if mv == v else mv
@@ -210,8 +188,7 @@ def _step(lv: _Levels, i: int, state: tuple[int, ...], take: bool, bound: int | 
             mate[a] = b
         if b in mate:
             mate[b] = a
-        if {a, b} == {s, t}:
-            done = True
+        done = {a, b} == {s, t}
     for w in lv.leaving[i]:
         m = mate.pop(w)
         if m == w and w in (s, t):  # s or t with degree 0
@@ -219,15 +196,57 @@ def _step(lv: _Levels, i: int, state: tuple[int, ...], take: bool, bound: int | 
         if m != w and m != _DEG2 and w != s and not (done and w == t):  # a dangling end leaves
             return None
     if done:  # s-t joined: no other fragment may be left
-        if any(m != w and m != _DEG2 and w not in (s, t) for w, m in mate.items()):
-            return None
-        return _DONE
+        return None if any(m != w and m != _DEG2 and w not in (s, t) for w, m in mate.items()) else _DONE
     if t in lv.leaving[i]:
         return None
-    if bound is not None and used + _remaining_lower_bound(lv, mate, s, t) > bound:
-        return None
-    out = tuple(mate[w] for w in sorted(mate))
-    return out + (used,) if bound is not None else out
+    return tuple(mate[w] for w in lv.before[i + 1])
+
+
+def _lower_bound(lv: _Levels, frontier: list[int], mates: tuple[int, ...]) -> int:
+    """A lower bound on the on-edges still to come (0 when DONE).
+
+    The rest of the path joins the open end ``x`` of the ``s`` fragment to the open end ``y`` of
+    the ``t`` fragment (``t`` itself while unseen) through every other fragment, each traversed
+    once in some order and direction; the new edges between two consecutive ends are at least
+    their Manhattan distance.  For ``k <= 4`` other fragments the minimum over all orders and
+    directions is taken; beyond, ``max(k + 1, |x - y| - sum_j |a_j - b_j|)`` (a fragment bridges
+    at most its ends' distance, and every gap needs an edge).
+    """
+    if mates == _DONE:
+        return 0
+    s, t = lv.s, lv.t
+    mate = dict(zip(frontier, mates))
+    x = mate[s] if s in mate else next(w for w, m in mate.items() if m == s)
+    y = mate.get(t, t)
+    assert x != _DEG2 and y != _DEG2, "s or t with degree 2 survived pruning"
+    frags = [(w, m) for w, m in mate.items() if w < m and w not in (x, y, s, t) and m not in (x, y, s, t)]
+    d = lv.manhattan
+    if not frags:
+        return d(x, y)
+    if len(frags) > 4:
+        return max(len(frags) + 1, d(x, y) - sum(d(a, b) for a, b in frags))
+    best = None
+    for order in itertools.permutations(frags):
+        # cost[o]: shortest x -> ... -> current fragment, leaving it through end o (0: b, 1: a)
+        cost = [d(x, order[0][0]), d(x, order[0][1])]  # enter at a (leave at b), or enter at b
+        for (pa, pb), (a, b) in zip(order, order[1:]):
+            exits = (pb, pa)
+            cost = [min(cost[o] + d(exits[o], a) for o in (0, 1)), min(cost[o] + d(exits[o], b) for o in (0, 1))]
+        last = order[-1]
+        total = min(cost[0] + d(last[1], y), cost[1] + d(last[0], y))
+        best = total if best is None else min(best, total)
+    return best
+
+
+def _upper_bound(lv: _Levels, i: int, frontier: list[int], mates: tuple[int, ...]) -> int:
+    """An upper bound on the on-edges still to come after edge ``i``: half the degree still free."""
+    if mates == _DONE:
+        return 0
+    free = lv.future_capacity[i]
+    for w, m in zip(frontier, mates):
+        top = 1 if w in (lv.s, lv.t) else 2
+        free += 0 if m == _DEG2 else top if m == w else top - 1
+    return free // 2
 
 
 def simple_path_dag(rows: int, cols: int, max_edges: int | None = None, *, progress: bool = False) -> Dag:
@@ -249,31 +268,58 @@ def simple_path_dag(rows: int, cols: int, max_edges: int | None = None, *, progr
 
 
 def _explore(rows: int, cols: int, bound: int | None, progress: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Forward pass: per level ``i``, the child indices at level ``i+1`` of every reachable state (-1: FALSE)."""
+    """Forward pass: per level ``i``, the child indices at level ``i+1`` of every reachable state (-1: FALSE).
+
+    A state is ``(mates, used)``.  The mate transition does not depend on ``used``, so it is
+    computed once per distinct mate tuple; the states then move in bulk (numpy).  ``used`` is
+    clamped from below to ``bound - upper_bound(mates)``: past that the bound prunes nothing, so
+    the clamped states have the same completions and merge.  Unbounded: ``used`` stays 0.
+    """
     from tqdm.auto import tqdm
 
     lv = _Levels(rows, cols)
-    s, t = 0, rows * cols - 1
-    level: dict[tuple[int, ...], int] = {(0,) if bound is not None else (): 0}  # empty frontier (+ 0 used)
+    cap = 0 if bound is None else bound
+    mates: list[tuple[int, ...]] = [()]  # level 0: the empty frontier
+    state_mate = np.zeros(1, dtype=np.int64)  # per state: its mate index, and its used edges
+    state_used = np.zeros(1, dtype=np.int64)
     his: list[np.ndarray] = []
     los: list[np.ndarray] = []
     bar = tqdm(range(len(lv.edges)), desc=f"simple_path {rows}x{cols} (max_edges={bound})", disable=not progress)
     for i in bar:
-        nxt: dict[tuple[int, ...], int] = {}
-        hi = np.full(len(level), -1, dtype=np.int64)
-        lo = np.full(len(level), -1, dtype=np.int64)
-        for state, j in level.items():
-            for take, out in ((True, hi), (False, lo)):
-                q = _step(lv, i, state, take, bound, s, t)
-                if q is not None:
-                    out[j] = nxt.setdefault(q, len(nxt))
-        his.append(hi)
-        los.append(lo)
-        level = nxt
-        bar.set_postfix(states=len(level))
-    assert set(level) <= {_DONE}
-    if not level:
+        index: dict[tuple[int, ...], int] = {}
+        moves = np.full((2, len(mates)), -1, dtype=np.int64)  # [take][mate index] -> next mate index
+        for j, q in enumerate(mates):
+            for take in (0, 1):
+                out = _step(lv, i, q, bool(take))
+                if out is not None:
+                    moves[take, j] = index.setdefault(out, len(index))
+        nxt = list(index)
+        if bound is not None:
+            low = np.array([_lower_bound(lv, lv.before[i + 1], q) for q in nxt], dtype=np.int64)
+            high = np.array([_upper_bound(lv, i, lv.before[i + 1], q) for q in nxt], dtype=np.int64)
+        keys = []
+        for take in (1, 0):
+            to = moves[take, state_mate]
+            used = state_used + take if bound is not None else state_used
+            ok = to >= 0
+            if bound is not None:
+                safe = np.maximum(to, 0)
+                ok &= used + low[safe] <= cap
+                used = np.maximum(used, cap - high[safe])
+            keys.append(np.where(ok, to * (cap + 1) + used, -1))
+        uniq, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+        inverse = inverse.reshape(2, -1) - int(uniq[0] < 0)
+        his.append(np.where(keys[0] >= 0, inverse[0], -1))
+        los.append(np.where(keys[1] >= 0, inverse[1], -1))
+        uniq = uniq[uniq >= 0]
+        kept, state_mate = np.unique(uniq // (cap + 1), return_inverse=True)  # drop mates no state reaches
+        state_mate = state_mate.reshape(-1)
+        state_used = uniq % (cap + 1)
+        mates = [nxt[k] for k in kept]
+        bar.set_postfix(states=len(uniq), mates=len(mates))
+    if not len(state_used):
         raise UnsatisfiableError(f"no simple path from (0, 0) to ({rows - 1}, {cols - 1}) within max_edges={bound}")
+    assert mates == [_DONE] and len(state_used) == 1
     return his, los
 
 
