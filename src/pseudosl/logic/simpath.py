@@ -21,7 +21,7 @@ whose two children are exclusive on ``y_i`` (deterministic) and split ``y_i`` fr
 padding.  A transition is pruned (FALSE) when it makes a degree > 2, a degree > 1 at ``s`` or
 ``t``, a cycle, a cell leaving the frontier with degree 1 (other than ``s``) or ``s`` leaving with
 degree 0, a second path fragment left over when ``s`` and ``t`` join, or, with ``max_edges``,
-when ``used + lower_bound > max_edges`` (:func:`_remaining_lower_bound`).  Once ``s`` and ``t``
+when ``used + lower_bound > max_edges`` (:func:`_bounds`).  Once ``s`` and ``t``
 are joined the state is DONE: every later edge must be off.  Dead states are removed
 bottom-up and states with equal children are merged, so every node has a model.
 
@@ -311,6 +311,8 @@ def _explore(rows: int, cols: int, bound: int | None, progress: bool) -> tuple[l
     los: list[np.ndarray] = []
     bar = tqdm(range(len(lv.edges)), desc=f"simple_path {rows}x{cols} (max_edges={bound})", disable=not progress)
     for i in bar:
+        if not len(state_used):
+            break
         index: dict[tuple[int, ...], int] = {}
         moves = np.full((2, len(mates)), -1, dtype=np.int64)  # [take][mate index] -> next mate index
         for j, q in enumerate(mates):
@@ -341,7 +343,7 @@ def _explore(rows: int, cols: int, bound: int | None, progress: bool) -> tuple[l
         state_used = uniq % (cap + 1)
         mates = [nxt[k] for k in kept]
         bar.set_postfix(states=len(uniq), mates=len(mates))
-    if not len(state_used):
+    if not len(state_used) or len(his) < len(lv.edges):
         raise UnsatisfiableError(f"no simple path from (0, 0) to ({rows - 1}, {cols - 1}) within max_edges={bound}")
     assert mates == [_DONE] and len(state_used) == 1
     return his, los
