@@ -120,7 +120,7 @@ def test_checker_rejects_near_misses():
     on4 = lambda *pairs: np.array([int(e in pairs) for e in edges4])
     top = [((0, 0), (0, 1)), ((0, 1), (0, 2)), ((0, 2), (0, 3)), ((0, 3), (1, 3)), ((1, 3), (2, 3))]
     assert is_simple_path(on4(*top), 3, 4) and not is_simple_path(on4(*top, *square), 3, 4)  # + a cycle
-    assert is_simple_path([True, False, True, False], 2, 2)
+    assert is_simple_path([True, False, True, False], 2, 2) and is_simple_path(torch.tensor([0., 1., 0., 1.]), 2, 2)
 
 
 @pytest.mark.parametrize("rows, cols, bound", [(2, 2, None), (2, 3, None), (2, 3, 3), (3, 3, None), (3, 3, 4),
@@ -163,6 +163,7 @@ def test_bounds_are_normalised():
     (lambda: is_simple_path([1, 0, 1], 2, 2), ValueError, "vector of 4 values"),
     (lambda: is_simple_path([1, 0, 2, 0], 2, 2), ValueError, "0/1"),
     (lambda: is_simple_path([0.5, 0, 1, 0], 2, 2), ValueError, "0/1"),
+    (lambda: is_simple_path(["a", "b", "c", "d"], 2, 2), ValueError, "0/1"),
 ])
 def test_bad_arguments(call, err, match):
     with pytest.raises(err, match=match):

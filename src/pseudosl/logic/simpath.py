@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Sequence
 
@@ -70,7 +71,11 @@ def grid_edges(rows: int, cols: int) -> list[Edge]:
     ``((r, c), (r+1, c))`` (when those cells exist): ``rows * (cols-1) + (rows-1) * cols`` edges,
     264 for 12 x 12.  The frontier is then at most ``cols + 1`` cells wide.
     """
-    rows, cols = _check_grid(rows, cols)
+    return list(_edges(*_check_grid(rows, cols)))
+
+
+@functools.lru_cache(maxsize=16)
+def _edges(rows: int, cols: int) -> tuple[Edge, ...]:
     edges: list[Edge] = []
     for r in range(rows):
         for c in range(cols):
@@ -78,23 +83,26 @@ def grid_edges(rows: int, cols: int) -> list[Edge]:
                 edges.append(((r, c), (r, c + 1)))
             if r + 1 < rows:
                 edges.append(((r, c), (r + 1, c)))
-    return edges
+    return tuple(edges)
 
 
 def is_simple_path(edges_on: Sequence[int] | np.ndarray, rows: int, cols: int,
                    max_edges: int | None = None) -> bool:
     """Whether the on-edges (a 0/1 vector in :func:`grid_edges` order) are one simple path (0,0) -> (rows-1, cols-1).
 
+    ``edges_on``: any array-like of ``len(grid_edges(rows, cols))`` values in {0, 1} (a list, a
+    numpy array, a CPU tensor; bools, ints or floats).
+
     Checked directly: ``deg(s) = deg(t) = 1``, every other degree is 0 or 2, and walking from ``s``
     uses every on-edge (so no cycle is left over); with ``max_edges``, at most that many edges.
     """
     rows, cols = _check_grid(rows, cols)
-    edges = grid_edges(rows, cols)
+    edges = _edges(rows, cols)
     on = np.asarray(edges_on)
     if on.shape != (len(edges),):
         raise ValueError(f"edges_on must be a vector of {len(edges)} values (one per grid edge), got shape {on.shape}")
-    if not (np.issubdtype(on.dtype, np.integer) or on.dtype == bool) or not np.isin(on, (0, 1)).all():
-        raise ValueError(f"edges_on must hold 0/1 (or bools), got {on!r}")
+    if on.dtype.kind not in "biuf" or not np.isin(on, (0, 1)).all():
+        raise ValueError(f"edges_on must hold 0/1 (bools, ints or floats equal to 0 or 1), got {on!r}")
     chosen = [edges[i] for i in np.flatnonzero(on)]
     if max_edges is not None and len(chosen) > check_int("max_edges", max_edges, low=1):
         return False
