@@ -14,6 +14,7 @@ the report, into ``figures/``.  Extra sections (the fidelity study) register in 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -95,6 +96,10 @@ def reproduce(mode: str, report: Path | None = None, only: list[str] | None = No
         text = replace_section(text, f"{mode}:{name}", experiment_section(exp, cfg, result, command, figures, "figures"))
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(text)  # after every experiment: an interrupted reproduction keeps what it made
+    for name in EXPERIMENTS:  # sections also see the runs of an earlier `reproduce --only ...`
+        saved = runs / mode / name / "results.json"
+        if name not in results and saved.is_file():
+            results[name] = {**json.loads(saved.read_text()), "out": str(saved.parent)}
     for name in names:
         if name in SECTIONS:
             text = replace_section(text, f"{mode}:{name}", _section(name)(mode, runs / mode, figures, results))
