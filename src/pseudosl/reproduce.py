@@ -60,9 +60,17 @@ def experiment_section(exp, cfg, result: dict, command: str, figures: Path, rel:
     m = result["machine"]
     table = format_table(exp, result["summary"], f"{exp.name}, preset {cfg.preset}")
     lines = [f"Command: `{command}` (config {result['content_key']}, seeds {cfg.seeds}, {cfg.epochs} epochs).",
-             f"Machine: {m['device']}, torch {m['torch']}, {m['threads']} threads; wall time "
+             f"Machine: {m['device']}, torch {m['torch']}, {m['threads']} threads" + _load(m) + "; wall time "
              f"{result['wall_s'] / 60:.1f} min.", "", "```", table, "```", ""]
     return "\n".join(lines + pics)
+
+
+def _load(machine: dict) -> str:
+    """``", load 7.3 on 2 cores (shared)"`` when the results recorded the load average at the end."""
+    load, cores = machine.get("load_avg_1min"), machine.get("cpu_count")
+    if load is None or load != load or not cores:
+        return ""
+    return f", load average {load:.1f} on {cores} cores" + (" (shared with other jobs)" if load > cores + 0.5 else "")
 
 
 def reproduce(mode: str, report: Path | None = None, only: list[str] | None = None,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import abc
 import json
+import os
 import platform
 import random
 import shutil
@@ -344,8 +345,9 @@ def format_table(exp: Experiment, summary: dict, title: str) -> str:
 
 def _machine() -> dict:
     dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({platform.processor() or platform.machine()})"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")  # > cores: the machine was shared
     return {"device": dev, "torch": torch.__version__, "python": platform.python_version(),
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "load_avg_1min": load}
 
 
 # -- entry points -----------------------------------------------------------------------------------
