@@ -12,7 +12,8 @@ harness owns everything else, the same for every experiment:
   state) and an exact ``resume``;
 * model selection: with a validation split, the checkpoint of the best validation score
   (``Experiment.metrics`` compared in order, so ``metrics[1]`` breaks ties of ``metrics[0]``;
-  higher is better; the earlier epoch wins a full tie) is the one tested; ``patience`` stops early;
+  higher is better unless the metric is in ``Experiment.lower_is_better``; an undefined (NaN) value
+  is the worst; the earlier epoch wins a full tie) is the one tested; ``patience`` stops early;
 * results: ``results.json`` (config, per-run metrics and curves, mean ± std per model, the paper's
   numbers, machine), ``table.txt``, ``curves.png`` and the experiment's example figure;
 * Accelerate: runs unchanged under ``accelerate launch``; only the main process writes files.
@@ -41,7 +42,7 @@ from tqdm.auto import tqdm
 from .config import RUN_FREE_FIELDS, ConfigError, RunConfig
 
 __all__ = ["Experiment", "Splits", "train", "train_run", "run_folder", "evaluate_checkpoints", "summarize",
-           "format_table", "load_checkpoint", "make_accelerator", "CheckpointError"]
+           "format_table", "load_checkpoint", "make_accelerator", "CheckpointError", "selection_score", "unit"]
 
 C = TypeVar("C", bound=RunConfig)
 
@@ -61,13 +62,16 @@ class Splits:
 
 
 class Experiment(abc.ABC, Generic[C]):
-    """What an experiment adds to the harness.  Metrics are percentages, higher is better."""
+    """What an experiment adds to the harness.  Metrics are percentages, higher is better, unless
+    ``units`` names another unit (e.g. ``{"cost_ratio": "x"}``) or ``lower_is_better`` lists them."""
 
     name: str                                  # folder under runs/, e.g. "sudoku"
     config_class: type[C]
     labels: dict[str, str]                     # model name -> table label
     metrics: tuple[str, ...]                   # table columns; selection on validation compares them in order
     paper: dict[str, dict[str, float]] = {}    # model -> metric -> the paper's value
+    units: dict[str, str] = {}                 # metric -> unit shown in tables and plots (default "%")
+    lower_is_better: frozenset[str] = frozenset()  # metrics where smaller is better (for model selection)
     presets: Path                              # folder of the shipped <name>.toml presets
 
     def preset_path(self, name: str) -> Path:
@@ -228,7 +232,7 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
                 if data is not None:
                     record.update({f"{split}_{k}": v for k, v in _evaluate(exp, unwrapped(), data, cfg, accelerator)[0].items()})
             if splits.val is not None:  # model selection and early stopping on the validation split
-                score = [record[f"val_{m}"] for m in exp.metrics]  # lexicographic: metrics[0], then ties
+                score = selection_score(exp, {m: record[f"val_{m}"] for m in exp.metrics})
                 if state["best"] is None or score > state["best"]:
                     state.update(best=score, best_epoch=epoch + 1, bad_evals=0,
                                  best_model={k: v.detach().cpu().clone() for k, v in unwrapped().state_dict().items()})
@@ -269,9 +273,26 @@ def _evaluate(exp: Experiment, model: nn.Module, data: Any, cfg: RunConfig, acce
         model.train(was_training)
 
 
+def selection_score(exp: Experiment, values: dict[str, float]) -> list[float]:
+    """Validation metrics as a list compared lexicographically, larger = better: ``metrics[0]``, then ties
+    broken by the next; ``lower_is_better`` metrics negated; NaN (undefined) is ``-inf``, the worst."""
+    out = []
+    for m in exp.metrics:
+        v = float(values[m])
+        out.append(-np.inf if np.isnan(v) else -v if m in exp.lower_is_better else v)
+    return out
+
+
+def unit(exp: Experiment, metric: str) -> str:
+    """The unit of ``metric`` in tables and plots (``%`` unless ``exp.units`` says otherwise)."""
+    return exp.units.get(metric, "%")
+
+
 # -- summary ----------------------------------------------------------------------------------------
 def summarize(runs: list[dict], metrics: tuple[str, ...], models: tuple[str, ...] | list[str]) -> dict[str, dict]:
-    """Mean and sample standard deviation (ddof=1; 0 for one seed) of each metric, per model."""
+    """Mean and sample standard deviation (ddof=1; 0 for one seed) of each metric, per model.
+
+    A metric that is undefined (NaN) for some seeds is averaged over the others (NaN if it is for all)."""
     out = {}
     for name in models:
         rs = [r for r in runs if r["model"] == name]
@@ -280,7 +301,9 @@ def summarize(runs: list[dict], metrics: tuple[str, ...], models: tuple[str, ...
         row: dict[str, Any] = {"seeds": [r["seed"] for r in rs]}
         for k in metrics:
             v = np.array([r[k] for r in rs], dtype=float)
-            row[f"{k}_mean"], row[f"{k}_std"] = float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
+            v = v[~np.isnan(v)]
+            row[f"{k}_mean"] = float(v.mean()) if len(v) else float("nan")
+            row[f"{k}_std"] = float(v.std(ddof=1)) if len(v) > 1 else 0.0 if len(v) else float("nan")
         out[name] = row
     return out
 
@@ -288,7 +311,7 @@ def summarize(runs: list[dict], metrics: tuple[str, ...], models: tuple[str, ...
 def format_table(exp: Experiment, summary: dict, title: str) -> str:
     """Model × metric (mean ± std over seeds), then the paper's values where it reports them."""
     paper_cols = [m for m in exp.metrics if any(m in p for p in exp.paper.values())]
-    head = f"{'Model':<16}" + "".join(f"{m + ' %':>18}" for m in exp.metrics) + "".join(
+    head = f"{'Model':<16}" + "".join(f"{m + ' ' + unit(exp, m):>18}" for m in exp.metrics) + "".join(
         f"{'paper ' + m:>16}" for m in paper_cols) + f"{'seeds':>7}"
     lines = [title, head, "-" * len(head)]
     for name, row in summary.items():
@@ -326,7 +349,7 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
     else:
         runs = [train_run(exp, cfg, name, seed, splits, accelerator, out, resume=resume) for name, seed in pairs]
     for r in runs:
-        accelerator.print(f"[{r['model']} seed {r['seed']}] test " + ", ".join(f"{m} {r[m]:.2f}%" for m in exp.metrics)
+        accelerator.print(f"[{r['model']} seed {r['seed']}] test " + ", ".join(f"{m} {r[m]:.2f}{unit(exp, m)}" for m in exp.metrics)
                           + f" ({r['wall_s']:.0f}s)")
     summary = summarize(runs, exp.metrics, cfg.models)
     result = {"experiment": exp.name, "config": cfg.to_dict(), "content_key": cfg.content_key(), "summary": summary,
@@ -335,7 +358,8 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
     if accelerator.is_main_process:
         from .plots import plot_curves
         (out / "results.json").write_text(json.dumps(result, indent=2))
-        plot_curves(result["runs"], exp.metrics, out / "curves.png", labels=exp.labels, title=f"{exp.name}, preset {cfg.preset}")
+        plot_curves(result["runs"], exp.metrics, out / "curves.png", labels=exp.labels,
+                    title=f"{exp.name}, preset {cfg.preset}", units=exp.units)
         first: dict[str, Any] = {}
         for r in runs:
             first.setdefault(r["model"], r["predictions"])
@@ -398,7 +422,8 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path) -> dict:
         metrics, _ = _evaluate(exp, accelerator.unwrap_model(model), data_cache[cfg.content_key()].test, cfg, accelerator)
         groups.setdefault(key, []).append({"model": ckpt["model_name"], "seed": ckpt["seed"], "epoch": ckpt["epoch"],
                                            "path": str(path), **metrics})
-        accelerator.print(f"{path}: epoch {ckpt['epoch']}, " + ", ".join(f"{m} {metrics[m]:.2f}%" for m in exp.metrics))
+        accelerator.print(f"{path}: epoch {ckpt['epoch']}, " + ", ".join(f"{m} {metrics[m]:.2f}{unit(exp, m)}"
+                                                                        for m in exp.metrics))
     tables = []
     for key, runs in groups.items():
         cfg = cfgs[key]

@@ -14,13 +14,14 @@ __all__ = ["plot_curves"]
 
 
 def plot_curves(runs: list[dict], metrics: tuple[str, ...], path: str | Path, labels: dict[str, str] | None = None,
-                title: str = "") -> None:
+                title: str = "", units: dict[str, str] | None = None) -> None:
     """One panel for the training loss, one per metric (test solid, validation dashed).
 
-    One colour per model; seeds share it.  Percent axes span at least 0..5 so a flat line at 0
-    reads as 0, not as noise around it.
+    One colour per model; seeds share it.  Percent axes (every metric not in ``units``) span at
+    least 0..5 so a flat line at 0 reads as 0, not as noise around it; other units autoscale.
+    Undefined (NaN) values are gaps.
     """
-    labels = labels or {}
+    labels, units = labels or {}, units or {}
     fig, axes = plt.subplots(1, 1 + len(metrics), figsize=(4.6 * (1 + len(metrics)), 4), squeeze=False)
     ax_loss, ax_metrics = axes[0][0], axes[0][1:]
     colors: dict[str, str] = {}
@@ -40,9 +41,11 @@ def plot_curves(runs: list[dict], metrics: tuple[str, ...], path: str | Path, la
     ax_loss.set(xlabel="epoch", ylabel="training loss", title="training loss",
                 yscale="log" if losses and min(losses) > 0 else "linear")
     for ax, m in zip(ax_metrics, metrics):
-        vals = [e[k] for r in runs for e in r["history"] for k in (f"test_{m}", f"val_{m}") if k in e]
-        ax.set(xlabel="epoch", ylabel=f"{m} (%)", title=f"{m} (solid: test, dashed: validation)",
-               ylim=(0, max(5.0, 1.08 * max(vals, default=0.0))))
+        vals = [e[k] for r in runs for e in r["history"] for k in (f"test_{m}", f"val_{m}") if k in e and e[k] == e[k]]
+        unit = units.get(m, "%")
+        ax.set(xlabel="epoch", ylabel=f"{m} ({unit})", title=f"{m} (solid: test, dashed: validation)")
+        if unit == "%":
+            ax.set_ylim(0, max(5.0, 1.08 * max(vals, default=0.0)))
     for ax in axes[0]:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
