@@ -22,6 +22,7 @@ __all__ = ["main", "build_parser", "experiment", "add_config_flags", "EXPERIMENT
 EXPERIMENTS: dict[str, tuple[str, str]] = {
     "sudoku": ("Sudoku as autoregressive generation (paper Table 1)",
                "pseudosl.experiments.sudoku.train:SudokuExperiment"),
+    "warcraft": ("Warcraft shortest paths (paper Table 2)", "pseudosl.experiments.warcraft.train:WarcraftExperiment"),
 }
 _NOT_FLAGS = {"preset"}  # set by --preset/--quick
 
