@@ -8,6 +8,9 @@ variables in order); :meth:`CircuitBuilder.build` smooths them.
 * ``exactly_k(b, vs, k)``   ``sum_i [X_{vs_i} = 1] = k``   (Boolean; ``exactly_one`` is ``k = 1``)
 * ``at_most_k(b, vs, k)``   ``sum_i [X_{vs_i} = 1] <= k``  (Boolean)
 * ``all_different(b, ps, values)``  the positions ``ps`` take pairwise different values, all in ``values``
+* ``simple_path(rows, cols, max_edges)``  a whole circuit over the edges of a grid (``grid_edges``):
+  the on-edges form one simple path between opposite corners (:mod:`pseudosl.logic.simpath`);
+  ``is_simple_path`` checks an edge vector directly
 
 The ``compile_*`` conveniences return a :class:`~pseudosl.Circuit` with one root per group.
 
@@ -28,12 +31,16 @@ from typing import TYPE_CHECKING, Sequence
 
 from .logic.dag import CircuitBuilder
 from .logic.errors import as_int
+from .logic.simpath import grid_edges, is_simple_path, normalized_bound, simple_path_dag
 
 if TYPE_CHECKING:  # pragma: no cover
     from .circuit import Circuit
 
+_SIMPATH_VERSION = 1  # part of the cache key of simple_path: bump when its construction changes
+
 __all__ = ["exactly_one", "exactly_k", "at_most_k", "all_different",
-           "compile_exactly_one", "compile_exactly_k", "compile_at_most_k", "compile_all_different"]
+           "compile_exactly_one", "compile_exactly_k", "compile_at_most_k", "compile_all_different",
+           "grid_edges", "is_simple_path", "simple_path"]
 
 
 def exactly_k(b: CircuitBuilder, variables: Sequence[int], k: int) -> int:
@@ -119,6 +126,39 @@ def compile_all_different(n_vars: int, n_values: int, groups: Sequence[Sequence[
         circuit = compile_all_different(81, 9, rows + cols + boxes)
     """
     return _compile(n_vars, n_values, groups, lambda b, g: all_different(b, g, values))
+
+
+def simple_path(rows: int, cols: int, max_edges: int | None = None, *, cache: bool = True,
+                progress: bool | None = None) -> "Circuit":
+    """Boolean circuit over the edges of the ``rows x cols`` cell grid, in :func:`grid_edges` order,
+    whose models are the simple paths from cell ``(0, 0)`` to cell ``(rows-1, cols-1)``.
+
+    Compiled frontier by frontier (:mod:`pseudosl.logic.simpath`; smooth, decomposable and
+    deterministic) and kept in the on-disk cache (:mod:`pseudosl.cache`), so a large grid is
+    compiled once.  :func:`is_simple_path` is the direct check of one edge vector.
+
+    Args:
+        rows, cols: grid size in cells, ints >= 1 (a 1 x 1 grid has no edge and raises ``ValueError``).
+        max_edges: keep only paths of at most this many edges; ``None`` = no bound.  It is rounded
+            down to the parity of ``rows + cols`` (every path has that parity) and one of at least
+            ``rows * cols - 1`` is no bound.  Below ``rows + cols - 2`` (the shortest path) raises
+            :class:`~pseudosl.UnsatisfiableError`.
+        cache: use the on-disk compile cache.
+        progress: show a tqdm bar while compiling (default: for grids of 100 edges or more).
+
+    Example:
+        >>> import torch
+        >>> c = simple_path(3, 3)                            # 12 edges, 12 paths
+        >>> c.log_prob(torch.zeros(1, 12, 2)).exp().round()  # log-weights 0: the model count
+        tensor([12.])
+    """
+    from .cache import cached_circuit
+    from .circuit import Circuit
+
+    bound = normalized_bound(rows, cols, max_edges)  # validates rows, cols, max_edges
+    show = len(grid_edges(rows, cols)) >= 100 if progress is None else bool(progress)
+    return cached_circuit(("simple_path", _SIMPATH_VERSION, rows, cols, bound),
+                          lambda: Circuit(simple_path_dag(rows, cols, bound, progress=show)), enabled=cache)
 
 
 # -- helpers ----------------------------------------------------------------------------------------
