@@ -267,10 +267,13 @@ class RecurrentEngine:
             hs = list(zip(start([st[0] for st in states]).unbind(0), start([st[1] for st in states]).unbind(0)))
         else:
             hs = list(start(list(states)).unbind(0))
+        # one (rows, I) tensor per step: slicing `inp[:active, step]` directly would make every step's
+        # backward materialise a zero gradient of the whole (rows, T, I) input (cubic in n in all)
+        inp_steps = inp.transpose(0, 1).unbind(0)
         tops, picks = [], []
         for step in range(T):
             active = (min(m, T - step)) * b * k  # rows with i < n - 1 - step
-            x = inp[:active, step]
+            x = inp_steps[step][:active]
             for layer in range(dec.num_layers):
                 if layer > 0 and dec.rnn.dropout and dec.rnn.training:
                     x = F.dropout(x, dec.rnn.dropout, training=True)
