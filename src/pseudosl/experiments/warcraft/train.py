@@ -103,7 +103,7 @@ def path_circuit(k: int) -> pseudosl.Circuit:
 
 # -- the training objective ----------------------------------------------------------------------
 class Objective(nn.Module):
-    """Cross-entropy on the label's edges + weight x (SL or PSL); ``forward`` returns ``(loss, parts)``."""
+    """Negative log-likelihood of the label path + weight x (SL or PSL); ``forward`` returns ``(loss, parts)``."""
 
     def __init__(self, model: nn.Module, name: str, cfg: WarcraftConfig, k: int) -> None:
         super().__init__()
@@ -111,13 +111,15 @@ class Objective(nn.Module):
         self.circuit = path_circuit(k) if name in ("resnet_sl", "lstm_psl") else None
 
     def forward(self, maps: Tensor, edges: Tensor, constrained: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
+        # the negative log-likelihood of the label path per map (summed over its E edges, mean over the
+        # batch), on the same per-map scale as the SL / PSL, which are -log of a probability per map
         if isinstance(self.model, EdgeResNet):
             logits = self.model(maps)                                          # (B, E) Bernoulli logits
-            loss = F.binary_cross_entropy_with_logits(logits, edges.float())
+            loss = F.binary_cross_entropy_with_logits(logits, edges.float(), reduction="sum") / maps.shape[0]
         else:
             ctx, steps = self.model.conditioning(maps)                         # (B, 128), (B, E, 128 + pos)
             logits = self.model.decoder.step_logits(edges, ctx, steps)         # teacher forcing, (B, E, 2)
-            loss = F.cross_entropy(logits.reshape(-1, 2), edges.reshape(-1))
+            loss = F.cross_entropy(logits.reshape(-1, 2), edges.reshape(-1), reduction="sum") / maps.shape[0]
         parts = {"ce": loss.detach()}
         if not constrained or self.circuit is None:  # warm-up epochs, or a model without a constraint loss
             return loss, parts
