@@ -128,6 +128,10 @@ def test_presets_and_bad_config(tmp_path):
         WarcraftConfig(data="kaggle")
     with pytest.raises(ValueError, match="grid = 1: must be >= 2"):
         WarcraftConfig(grid=1)
+    with pytest.raises(ValueError, match="max_path_edges = 0: must be >= 1"):
+        WarcraftConfig(max_path_edges=0)
+    monotone = Objective(build_model("resnet_sl", _tiny(tmp_path), 24), "resnet_sl", _tiny(tmp_path, max_path_edges=6), 4)
+    assert monotone.circuit is path_circuit(4, 6) and monotone.circuit is not path_circuit(4)
     with pytest.raises(ValueError, match="the train split has 12 maps, but n_train = 50"):
         d, _, _ = generate(12, 3, seed=0)
         from pseudosl.experiments.warcraft.data import save_layout

@@ -43,6 +43,8 @@ class WarcraftConfig(RunConfig):
                                                 "(paper's grid: 0.001 0.005 0.01 0.05 0.1 0.5 1)")
     psl_examples: int | None = spec(None, min=1, help="PSL on the first m examples of each batch (default: all; "
                                                       "the authors' code: 10)")
+    max_path_edges: int | None = spec(None, min=1, help="SL/PSL circuit: simple paths of at most this many edges "
+                                                         "(default: any length; a bound makes 12 x 12 circuits smaller)")
     # models
     width: float = spec(1.0, min=0.01, help="ResNet-18 width multiplier (1 = 64..512 channels)")
     embed_dim: int = spec(128, min=1, help="CNN-LSTM: image embedding size")

@@ -92,13 +92,12 @@ def load_data(cfg: WarcraftConfig) -> dict[str, WarcraftData]:
 
 
 @lru_cache(maxsize=4)
-def _compiled(k: int):
-    return pseudosl.constraints.simple_path(k, k)
+def path_circuit(k: int, max_edges: int | None = None) -> pseudosl.Circuit:
+    """The simple-path circuit over the edges of the k x k grid, paths of at most ``max_edges`` edges.
 
-
-def path_circuit(k: int) -> pseudosl.Circuit:
-    """The simple-path circuit over the edges of the k x k grid (compiled once per process, then a fresh copy)."""
-    return pseudosl.Circuit(_compiled(k).dag)
+    Built once per process and shared by every objective (it has buffers, no parameters; building the
+    evaluation plan of a large circuit is the costly part, so it is not repeated per run)."""
+    return pseudosl.constraints.simple_path(k, k, max_edges)
 
 
 # -- the training objective ----------------------------------------------------------------------
@@ -108,7 +107,7 @@ class Objective(nn.Module):
     def __init__(self, model: nn.Module, name: str, cfg: WarcraftConfig, k: int) -> None:
         super().__init__()
         self.model, self.name, self.cfg = model, name, cfg
-        self.circuit = path_circuit(k) if name in ("resnet_sl", "lstm_psl") else None
+        self.circuit = path_circuit(k, cfg.max_path_edges) if name in ("resnet_sl", "lstm_psl") else None
 
     def forward(self, maps: Tensor, edges: Tensor, constrained: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
         # the negative log-likelihood of the label path per map (summed over its E edges, mean over the
