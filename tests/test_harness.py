@@ -148,3 +148,29 @@ def test_reproduce_quick_writes_the_report(tmp_path, monkeypatch):
     assert "ConvNet" in text and "prose\n" in text and "more prose" in text
     assert "pseudosl sudoku train --preset quick" in text
     assert (report.parent / "figures" / "sudoku-quick-curves.png").stat().st_size > 0
+
+
+def test_units_and_lower_is_better_metrics(tmp_path):
+    """Selection negates lower-is-better metrics and ranks NaN last; tables, summaries and curves show units."""
+    import math
+
+    from pseudosl.experiments.harness import format_table, selection_score, summarize
+    from pseudosl.experiments.plots import plot_curves
+    from pseudosl.experiments.warcraft.train import WarcraftExperiment
+
+    exp = WarcraftExperiment()                          # metrics exact, consistent, cost_ratio (lower is better)
+    a = selection_score(exp, {"exact": 10.0, "consistent": 20.0, "cost_ratio": 1.05})
+    b = selection_score(exp, {"exact": 10.0, "consistent": 20.0, "cost_ratio": 1.20})
+    c = selection_score(exp, {"exact": 10.0, "consistent": 20.0, "cost_ratio": float("nan")})
+    assert a > b > c and selection_score(exp, {"exact": 11.0, "consistent": 0.0, "cost_ratio": math.nan}) > a
+    runs = [{"model": "resnet", "seed": s, "exact": e, "consistent": e, "cost_ratio": r,
+             "history": [{"epoch": 1, "train_loss": 1.0, "test_exact": e, "test_cost_ratio": r}]}
+            for s, (e, r) in enumerate([(0.0, math.nan), (10.0, 1.2), (20.0, 1.4)])]
+    row = summarize(runs, exp.metrics, ["resnet"])["resnet"]
+    assert row["exact_mean"] == 10.0 and row["cost_ratio_mean"] == pytest.approx(1.3)   # NaN seed left out
+    assert row["cost_ratio_std"] == pytest.approx(math.sqrt(0.02))
+    assert math.isnan(summarize(runs[:1], exp.metrics, ["resnet"])["resnet"]["cost_ratio_mean"])
+    table = format_table(exp, {"resnet": row}, "t")
+    assert "cost_ratio x" in table and "exact %" in table
+    plot_curves(runs, exp.metrics, tmp_path / "c.png", units=exp.units)      # NaN points are gaps, no error
+    assert (tmp_path / "c.png").stat().st_size > 0

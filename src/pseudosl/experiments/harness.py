@@ -312,11 +312,11 @@ def format_table(exp: Experiment, summary: dict, title: str) -> str:
     """Model × metric (mean ± std over seeds), then the paper's values where it reports them."""
     paper_cols = [m for m in exp.metrics if any(m in p for p in exp.paper.values())]
     head = f"{'Model':<16}" + "".join(f"{m + ' ' + unit(exp, m):>18}" for m in exp.metrics) + "".join(
-        f"{'paper ' + m:>16}" for m in paper_cols) + f"{'seeds':>7}"
+        f"{'paper ' + m:>18}" for m in paper_cols) + f"{'seeds':>7}"
     lines = [title, head, "-" * len(head)]
     for name, row in summary.items():
         cells = "".join(f"{row[m + '_mean']:>10.2f} ± {row[m + '_std']:<5.2f}" for m in exp.metrics)
-        paper = "".join(f"{exp.paper.get(name, {}).get(m, float('nan')):>16.2f}" for m in paper_cols)
+        paper = "".join(f"{exp.paper.get(name, {}).get(m, float('nan')):>18.2f}" for m in paper_cols)
         lines.append(f"{exp.labels.get(name, name):<16}{cells}{paper}{len(row['seeds']):>7}")
     return "\n".join(lines)
 
