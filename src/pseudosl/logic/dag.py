@@ -431,36 +431,39 @@ class Dag:
             return self._plan[0]
         k = self.n_values
         n_leaf = 2 + self.n_vars * k
-        kids_of = [self.children[self.offsets[i]:self.offsets[i + 1]] for i in range(self.n_nodes)]
+        # plain Python lists in the per-node loop: numpy calls on 2-element arrays cost microseconds each
+        kinds, children, offsets = self.kind.tolist(), self.children.tolist(), self.offsets.tolist()
+        kids_of = [children[offsets[i]:offsets[i + 1]] for i in range(self.n_nodes)]
         is_root = np.zeros(self.n_nodes, dtype=bool)
         is_root[self.roots] = True
         only_or_parents = np.ones(self.n_nodes, dtype=bool)
-        for i in np.flatnonzero(self.kind == _AND):
-            only_or_parents[kids_of[i]] = False
-        inline = (self.kind == _AND) & only_or_parents & ~is_root
+        parent_kind = np.repeat(self.kind, np.diff(self.offsets))
+        only_or_parents[self.children[parent_kind == _AND]] = False
+        inline = ((self.kind == _AND) & only_or_parents & ~is_root).tolist()
         slot = np.full(self.n_nodes, -1, dtype=np.int64)
-        height = np.zeros(self.n_nodes, dtype=np.int64)
         consts = self.kind == _CONST
         slot[consts] = self.value[consts]
         lits = self.kind == _LIT
         slot[lits] = 2 + self.var[lits] * k + self.value[lits]
-        elements: dict[int, list[np.ndarray]] = {}
+        height = [0] * self.n_nodes
+        elements: dict[int, list[list[int]]] = {}
         for i in range(self.n_nodes):  # topological: children first
-            kd = self.kind[i]
+            kd = kinds[i]
             if kd == _AND:
-                height[i] = height[kids_of[i]].max() + (0 if inline[i] else 1)
+                height[i] = max(height[c] for c in kids_of[i]) + (0 if inline[i] else 1)
                 if not inline[i]:
                     elements[i] = [kids_of[i]]
             elif kd == _OR:
-                elements[i] = [kids_of[c] if inline[c] else np.array([c]) for c in kids_of[i]]
-                height[i] = 1 + max(height[e].max() for e in elements[i])
+                elements[i] = els = [kids_of[c] if inline[c] else [c] for c in kids_of[i]]
+                height[i] = 1 + max(max(height[c] for c in e) for e in els)
+        height = np.array(height, dtype=np.int64)
         nodes = np.array(sorted(elements), dtype=np.int64)
         if len(nodes) == 0:
             plan = LayerPlan(n_leaf, (), slot[self.roots], 0)
             self._plan.append(plan)
             return plan
-        n_el = np.array([len(elements[i]) for i in nodes])
-        n_term = np.array([max(len(e) for e in elements[i]) for i in nodes])
+        n_el = np.array([len(elements[i]) for i in nodes.tolist()])
+        n_term = np.array([max(len(e) for e in elements[i]) for i in nodes.tolist()])
         order = np.lexsort((n_term, n_el, height[nodes]))
         nodes, n_el, n_term = nodes[order], n_el[order], n_term[order]
         boundaries = _merge_buckets(height[nodes], n_el, n_term)
@@ -470,11 +473,15 @@ class Dag:
                                           np.split(n_term, boundaries)):
             e_w, a_w = int(e_max.max()), int(a_max.max())
             idx = np.full((len(members), e_w, a_w), TRUE, dtype=np.int64)
-            idx[:, :, 0] = FALSE  # padding elements: -inf
-            for row, i in enumerate(members):
-                for e, terms in enumerate(elements[i]):
-                    idx[row, e, 0] = TRUE
-                    idx[row, e, : len(terms)] = slot[terms]
+            idx[:, :, 0] = FALSE  # padding elements: -inf (a real element's first term overwrites it)
+            where: list[int] = []  # flat positions of the real terms, and the nodes they read
+            terms: list[int] = []
+            for row, i in enumerate(members.tolist()):
+                for e, el in enumerate(elements[i]):
+                    base = (row * e_w + e) * a_w
+                    where.extend(range(base, base + len(el)))
+                    terms.extend(el)
+            idx.reshape(-1)[where] = slot[terms]
             groups.append((int(slot[members[0]]), len(members), e_w, a_w, idx.reshape(-1)))
         plan = LayerPlan(n_leaf + len(nodes), tuple(groups), slot[self.roots], int(height.max()))
         self._plan.append(plan)

@@ -21,7 +21,7 @@ whose two children are exclusive on ``y_i`` (deterministic) and split ``y_i`` fr
 padding.  A transition is pruned (FALSE) when it makes a degree > 2, a degree > 1 at ``s`` or
 ``t``, a cycle, a cell leaving the frontier with degree 1 (other than ``s``) or ``s`` leaving with
 degree 0, a second path fragment left over when ``s`` and ``t`` join, or, with ``max_edges``,
-when ``used + lower_bound > max_edges`` (:func:`_remaining_lower_bound`).  Once ``s`` and ``t``
+when ``used + lower_bound > max_edges`` (:func:`_bounds`).  Once ``s`` and ``t``
 are joined the state is DONE: every later edge must be off.  Dead states are removed
 bottom-up and states with equal children are merged, so every node has a model.
 
@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Sequence
 
@@ -70,7 +71,11 @@ def grid_edges(rows: int, cols: int) -> list[Edge]:
     ``((r, c), (r+1, c))`` (when those cells exist): ``rows * (cols-1) + (rows-1) * cols`` edges,
     264 for 12 x 12.  The frontier is then at most ``cols + 1`` cells wide.
     """
-    rows, cols = _check_grid(rows, cols)
+    return list(_edges(*_check_grid(rows, cols)))
+
+
+@functools.lru_cache(maxsize=16)
+def _edges(rows: int, cols: int) -> tuple[Edge, ...]:
     edges: list[Edge] = []
     for r in range(rows):
         for c in range(cols):
@@ -78,23 +83,26 @@ def grid_edges(rows: int, cols: int) -> list[Edge]:
                 edges.append(((r, c), (r, c + 1)))
             if r + 1 < rows:
                 edges.append(((r, c), (r + 1, c)))
-    return edges
+    return tuple(edges)
 
 
 def is_simple_path(edges_on: Sequence[int] | np.ndarray, rows: int, cols: int,
                    max_edges: int | None = None) -> bool:
     """Whether the on-edges (a 0/1 vector in :func:`grid_edges` order) are one simple path (0,0) -> (rows-1, cols-1).
 
+    ``edges_on``: any array-like of ``len(grid_edges(rows, cols))`` values in {0, 1} (a list, a
+    numpy array, a CPU tensor; bools, ints or floats).
+
     Checked directly: ``deg(s) = deg(t) = 1``, every other degree is 0 or 2, and walking from ``s``
     uses every on-edge (so no cycle is left over); with ``max_edges``, at most that many edges.
     """
     rows, cols = _check_grid(rows, cols)
-    edges = grid_edges(rows, cols)
+    edges = _edges(rows, cols)
     on = np.asarray(edges_on)
     if on.shape != (len(edges),):
         raise ValueError(f"edges_on must be a vector of {len(edges)} values (one per grid edge), got shape {on.shape}")
-    if not (np.issubdtype(on.dtype, np.integer) or on.dtype == bool) or not np.isin(on, (0, 1)).all():
-        raise ValueError(f"edges_on must hold 0/1 (or bools), got {on!r}")
+    if on.dtype.kind not in "biuf" or not np.isin(on, (0, 1)).all():
+        raise ValueError(f"edges_on must hold 0/1 (bools, ints or floats equal to 0 or 1), got {on!r}")
     chosen = [edges[i] for i in np.flatnonzero(on)]
     if max_edges is not None and len(chosen) > check_int("max_edges", max_edges, low=1):
         return False
@@ -132,10 +140,14 @@ def normalized_bound(rows: int, cols: int, max_edges: int | None) -> int | None:
 
 
 class _Levels:
-    """Per-edge bookkeeping of the frontier: which cells enter and leave, and the capacity still to come."""
+    """Per-edge bookkeeping of the frontier, precomputed once.
+
+    ``before[i]`` lists the frontier cells before edge ``i`` in the order their mates are stored;
+    before edge ``i`` the cells it touches first are appended (``active[i]``), and after it the
+    cells it touches last are dropped (``keep[i]``: the positions that stay, giving ``before[i+1]``).
+    """
 
     def __init__(self, rows: int, cols: int) -> None:
-        self.cols = cols
         self.s, self.t = 0, rows * cols - 1
         self.edges = [(r * cols + c, r2 * cols + c2) for (r, c), (r2, c2) in grid_edges(rows, cols)]
         m, n = len(self.edges), rows * cols
@@ -143,23 +155,26 @@ class _Levels:
         for i, (u, v) in enumerate(self.edges):
             for w in (u, v):
                 first[w], last[w] = min(first[w], i), max(last[w], i)
-        frontier: list[int] = []  # before edge i, sorted
+        cell = np.arange(n)
+        self.dist = abs(cell[:, None] // cols - cell // cols) + abs(cell[:, None] % cols - cell % cols)  # (n, n) Manhattan
+        frontier: list[int] = []
         self.before: list[list[int]] = []
-        self.active: list[list[int]] = []
-        self.leaving: list[list[int]] = []
+        self.entering: list[list[int]] = []
+        self.pos: list[dict[int, int]] = []  # cell -> position in the active list
+        self.leaving: list[list[tuple[int, int]]] = []  # (position, cell)
+        self.keep: list[list[int]] = []
         self.future_capacity: list[int] = []  # after edge i: sum of max degrees of the cells not yet seen
         for i in range(m):
             self.before.append(frontier)
-            active = sorted(frontier + [w for w in range(n) if first[w] == i])
-            self.active.append(active)
-            self.leaving.append([w for w in active if last[w] == i])
-            frontier = [w for w in active if last[w] != i]
+            self.entering.append([w for w in range(n) if first[w] == i])
+            active = frontier + self.entering[i]
+            self.pos.append({w: p for p, w in enumerate(active)})
+            self.leaving.append([(p, w) for p, w in enumerate(active) if last[w] == i])
+            self.keep.append([p for p, w in enumerate(active) if last[w] != i])
+            frontier = [active[p] for p in self.keep[i]]
             self.future_capacity.append(sum(1 if w in (self.s, self.t) else 2 for w in range(n) if first[w] > i))
         self.before.append(frontier)
         assert not frontier
-
-    def manhattan(self, a: int, b: int) -> int:
-        return abs(a // self.cols - b // self.cols) + abs(a % self.cols - b % self.cols)
 
 
 def _step(lv: _Levels, i: int, mates: tuple[int, ...], take: bool) -> tuple[int, ...] | None:
@@ -167,13 +182,13 @@ def _step(lv: _Levels, i: int, mates: tuple[int, ...], take: bool) -> tuple[int,
     if mates == _DONE:
         return None if take else _DONE
     s, t = lv.s, lv.t
-    u, v = lv.edges[i]
-    mate = dict(zip(lv.before[i], mates))
-    for w in lv.active[i]:
-        mate.setdefault(w, w)
+    mate = [*mates, *lv.entering[i]]  # a cell entering the frontier has degree 0: its own mate
     done = False
     if take:
-        mu, mv = mate[u], mate[v]
+        u, v = lv.edges[i]
+        pos = lv.pos[i]
+        pu, pv = pos[u], pos[v]
+        mu, mv = mate[pu], mate[pv]
         if mu == _DEG2 or mv == _DEG2 or mu == v:  # degree 3, or closing a cycle
             return None
         if (u in (s, t) and mu != u) or (v in (s, t) and mv != v):  # s, t: degree 1
@@ -181,72 +196,90 @@ def _step(lv: _Levels, i: int, mates: tuple[int, ...], take: bool) -> tuple[int,
         a = u if mu == u else mu  # the far ends of the two fragments being joined
         b = v if mv == v else mv
         if mu != u:
-            mate[u] = _DEG2
+            mate[pu] = _DEG2
         if mv != v:
-            mate[v] = _DEG2
-        if a in mate:  # s may have left the frontier already
-            mate[a] = b
-        if b in mate:
-            mate[b] = a
-        done = {a, b} == {s, t}
-    for w in lv.leaving[i]:
-        m = mate.pop(w)
-        if m == w and w in (s, t):  # s or t with degree 0
-            return None
-        if m != w and m != _DEG2 and w != s and not (done and w == t):  # a dangling end leaves
+            mate[pv] = _DEG2
+        if a in pos:  # s may have left the frontier already
+            mate[pos[a]] = b
+        if b in pos:
+            mate[pos[b]] = a
+        done = (a == s and b == t) or (a == t and b == s)
+    for p, w in lv.leaving[i]:
+        m = mate[p]
+        if m == w:
+            if w == s or w == t:  # s or t with degree 0
+                return None
+        elif m != _DEG2 and w != s and not (done and w == t):  # a dangling end leaves (t: unless joined)
             return None
     if done:  # s-t joined: no other fragment may be left
-        return None if any(m != w and m != _DEG2 and w not in (s, t) for w, m in mate.items()) else _DONE
-    if t in lv.leaving[i]:
-        return None
-    return tuple(mate[w] for w in lv.before[i + 1])
+        if any(mate[p] != w and mate[p] != _DEG2 and w != s and w != t for p, w in zip(lv.keep[i], lv.before[i + 1])):
+            return None
+        return _DONE
+    return tuple([mate[p] for p in lv.keep[i]])
 
 
-def _lower_bound(lv: _Levels, frontier: list[int], mates: tuple[int, ...]) -> int:
-    """A lower bound on the on-edges still to come (0 when DONE).
+def _bounds(lv: _Levels, i: int, nxt: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bounds on the on-edges still to come after edge ``i``, for every mate tuple (in bulk).
 
-    The rest of the path joins the open end ``x`` of the ``s`` fragment to the open end ``y`` of
-    the ``t`` fragment (``t`` itself while unseen) through every other fragment, each traversed
-    once in some order and direction; the new edges between two consecutive ends are at least
+    Lower: the rest of the path joins the open end ``x`` of the ``s`` fragment to the open end ``y``
+    of the ``t`` fragment (``t`` itself while unseen) through every other fragment, each traversed
+    once in some order and direction, and the new edges between two consecutive ends are at least
     their Manhattan distance.  For ``k <= 4`` other fragments the minimum over all orders and
-    directions is taken; beyond, ``max(k + 1, |x - y| - sum_j |a_j - b_j|)`` (a fragment bridges
-    at most its ends' distance, and every gap needs an edge).
+    directions is taken; beyond, ``max(k + 1, |x - y| - sum_j |a_j - b_j|)`` (a fragment bridges at
+    most its ends' distance, and every gap needs an edge).  0 when DONE.
+    Upper: half the degree still free (``deg <= 2``, ``deg(s), deg(t) <= 1``; cells not yet seen
+    count in full), as every new edge takes two.
     """
-    if mates == _DONE:
-        return 0
+    low = np.zeros(len(nxt), dtype=np.int64)
+    high = np.zeros(len(nxt), dtype=np.int64)
+    rows = [j for j, q in enumerate(nxt) if q != _DONE]
+    if not rows:
+        return low, high
+    frontier = np.array(lv.before[i + 1], dtype=np.int64)  # (W,)
+    m = np.array([nxt[j] for j in rows], dtype=np.int64).reshape(len(rows), len(frontier))  # (N, W)
     s, t = lv.s, lv.t
-    mate = dict(zip(frontier, mates))
-    x = mate[s] if s in mate else next(w for w, m in mate.items() if m == s)
-    y = mate.get(t, t)
-    assert x != _DEG2 and y != _DEG2, "s or t with degree 2 survived pruning"
-    frags = [(w, m) for w, m in mate.items() if w < m and w not in (x, y, s, t) and m not in (x, y, s, t)]
-    d = lv.manhattan
-    if not frags:
-        return d(x, y)
-    if len(frags) > 4:
-        return max(len(frags) + 1, d(x, y) - sum(d(a, b) for a, b in frags))
-    best = None
-    for order in itertools.permutations(frags):
-        # cost[o]: shortest x -> ... -> current fragment, leaving it through end o (0: b, 1: a)
-        cost = [d(x, order[0][0]), d(x, order[0][1])]  # enter at a (leave at b), or enter at b
-        for (pa, pb), (a, b) in zip(order, order[1:]):
-            exits = (pb, pa)
-            cost = [min(cost[o] + d(exits[o], a) for o in (0, 1)), min(cost[o] + d(exits[o], b) for o in (0, 1))]
-        last = order[-1]
-        total = min(cost[0] + d(last[1], y), cost[1] + d(last[0], y))
-        best = total if best is None else min(best, total)
+    top = np.where((frontier == s) | (frontier == t), 1, 2)
+    free = np.where(m == _DEG2, 0, np.where(m == frontier, top, top - 1)).sum(1)
+    high[rows] = (lv.future_capacity[i] + free) // 2
+    at_s, at_t = (frontier == s), (frontier == t)
+    x = m[:, at_s.argmax()] if at_s.any() else frontier[(m == s).argmax(1)]
+    y = m[:, at_t.argmax()] if at_t.any() else np.full(len(rows), t)
+    other = (m != frontier) & (m != _DEG2) & ~at_s & ~at_t & (m != s) & (m != t)
+    k = other.sum(1) // 2
+    d = lv.dist
+    lb = d[x, y]
+    many = k > 4
+    lb[many] = np.maximum(k[many] + 1, d[x, y][many] - np.where(other & (m > frontier), d[frontier, m], 0).sum(1)[many])
+    for kk in range(1, 5):
+        r = np.flatnonzero(k == kk)
+        if len(r):
+            lb[r] = _order_bound(d, x[r], y[r], frontier, m[r], (other[r] & (m[r] > frontier)))
+    low[rows] = lb
+    return low, high
+
+
+def _order_bound(d: np.ndarray, x: np.ndarray, y: np.ndarray, frontier: np.ndarray, m: np.ndarray,
+                 smaller_end: np.ndarray) -> np.ndarray:
+    """``(N,)`` min over orders and directions of the Manhattan gaps ``x -> fragments -> y``.
+
+    ``smaller_end`` ``(N, W)`` marks the same number ``k`` of fragments in every row by their smaller end.
+    """
+    n = len(x)
+    row, col = np.nonzero(smaller_end)
+    k = len(row) // n
+    ends_a = frontier[col].reshape(n, k)  # (N, k): the two ends of each fragment
+    ends_b = m[row, col].reshape(n, k)
+    best = np.full(n, 1 << 30, dtype=np.int64)
+    for order in itertools.permutations(range(k)):
+        # c_b / c_a: shortest x -> ... -> this fragment, leaving it through b (entered at a) / through a
+        a0, b0 = ends_a[:, order[0]], ends_b[:, order[0]]
+        c_b, c_a = d[x, a0], d[x, b0]
+        for j in order[1:]:
+            pa, pb = ends_a[:, j], ends_b[:, j]
+            c_b, c_a = np.minimum(c_b + d[b0, pa], c_a + d[a0, pa]), np.minimum(c_b + d[b0, pb], c_a + d[a0, pb])
+            a0, b0 = pa, pb
+        best = np.minimum(best, np.minimum(c_b + d[b0, y], c_a + d[a0, y]))
     return best
-
-
-def _upper_bound(lv: _Levels, i: int, frontier: list[int], mates: tuple[int, ...]) -> int:
-    """An upper bound on the on-edges still to come after edge ``i``: half the degree still free."""
-    if mates == _DONE:
-        return 0
-    free = lv.future_capacity[i]
-    for w, m in zip(frontier, mates):
-        top = 1 if w in (lv.s, lv.t) else 2
-        free += 0 if m == _DEG2 else top if m == w else top - 1
-    return free // 2
 
 
 def simple_path_dag(rows: int, cols: int, max_edges: int | None = None, *, progress: bool = False) -> Dag:
@@ -286,6 +319,8 @@ def _explore(rows: int, cols: int, bound: int | None, progress: bool) -> tuple[l
     los: list[np.ndarray] = []
     bar = tqdm(range(len(lv.edges)), desc=f"simple_path {rows}x{cols} (max_edges={bound})", disable=not progress)
     for i in bar:
+        if not len(state_used):
+            break
         index: dict[tuple[int, ...], int] = {}
         moves = np.full((2, len(mates)), -1, dtype=np.int64)  # [take][mate index] -> next mate index
         for j, q in enumerate(mates):
@@ -295,8 +330,7 @@ def _explore(rows: int, cols: int, bound: int | None, progress: bool) -> tuple[l
                     moves[take, j] = index.setdefault(out, len(index))
         nxt = list(index)
         if bound is not None:
-            low = np.array([_lower_bound(lv, lv.before[i + 1], q) for q in nxt], dtype=np.int64)
-            high = np.array([_upper_bound(lv, i, lv.before[i + 1], q) for q in nxt], dtype=np.int64)
+            low, high = _bounds(lv, i, nxt)
         keys = []
         for take in (1, 0):
             to = moves[take, state_mate]
@@ -317,7 +351,7 @@ def _explore(rows: int, cols: int, bound: int | None, progress: bool) -> tuple[l
         state_used = uniq % (cap + 1)
         mates = [nxt[k] for k in kept]
         bar.set_postfix(states=len(uniq), mates=len(mates))
-    if not len(state_used):
+    if not len(state_used) or len(his) < len(lv.edges):
         raise UnsatisfiableError(f"no simple path from (0, 0) to ({rows - 1}, {cols - 1}) within max_edges={bound}")
     assert mates == [_DONE] and len(state_used) == 1
     return his, los
