@@ -18,7 +18,7 @@ from pseudosl.experiments.warcraft.train import Objective, WarcraftExperiment, p
 
 EXP = WarcraftExperiment()
 TINY = dict(grid=4, n_train=12, n_val=4, n_test=6, batch_size=6, psl_examples=2, width=0.0625, embed_dim=8,
-            lstm_hidden=16, pos_dim=4, threads=1)
+            lstm_hidden=16, pos_dim=4, threads=1, jobs=1)
 
 
 def _tiny(tmp_path, **kw) -> WarcraftConfig:
