@@ -35,8 +35,9 @@ def plot_curves(runs: list[dict], metrics: tuple[str, ...], path: str | Path, la
             for split, style in (("test", "-"), ("val", "--")):
                 ev = [e for e in h if f"{split}_{m}" in e]
                 if ev:
+                    n_finite = sum(e[f"{split}_{m}"] == e[f"{split}_{m}"] for e in ev)  # NaN: a gap
                     ax.plot([e["epoch"] for e in ev], [e[f"{split}_{m}"] for e in ev], style, color=c, alpha=0.8,
-                            label=label if split == "test" else None, marker="o" if len(ev) < 3 else None)
+                            label=label if split == "test" else None, marker="o" if n_finite < 3 else None)
     losses = [e["train_loss"] for r in runs for e in r["history"]]
     ax_loss.set(xlabel="epoch", ylabel="training loss", title="training loss",
                 yscale="log" if losses and min(losses) > 0 else "linear")
