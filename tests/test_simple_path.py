@@ -138,6 +138,8 @@ def test_structure_and_cache(tmp_path, monkeypatch):
     for rows, cols, bound in [(3, 4, None), (3, 4, 7), (2, 5, 7)]:
         simple_path(rows, cols, bound, cache=False).check()
     simple_path(5, 5, 12, cache=False).check(determinism=False)  # 40 edges: too many to enumerate
+    shown = simple_path(3, 3, 6, cache=False, progress=True)  # the tqdm bar changes nothing
+    assert shown.fingerprint() == simple_path(3, 3, 6, cache=False).fingerprint()
     monkeypatch.setenv("PSEUDOSL_CACHE", str(tmp_path))
     first = simple_path(4, 5, 11)
     assert len(list(tmp_path.glob("*.npz"))) == 1

@@ -142,9 +142,10 @@ def normalized_bound(rows: int, cols: int, max_edges: int | None) -> int | None:
 class _Levels:
     """Per-edge bookkeeping of the frontier, precomputed once.
 
-    ``before[i]`` lists the frontier cells before edge ``i`` in the order their mates are stored;
-    before edge ``i`` the cells it touches first are appended (``active[i]``), and after it the
-    cells it touches last are dropped (``keep[i]``: the positions that stay, giving ``before[i+1]``).
+    ``before[i]`` lists the frontier cells before edge ``i`` in the order their mates are stored.
+    Edge ``i`` appends the cells it is the first edge of (``entering[i]``; ``pos[i]`` maps every cell
+    of that active list to its position), and afterwards drops the cells it is the last edge of
+    (``leaving[i]``); ``keep[i]`` are the positions that stay, giving ``before[i+1]``.
     """
 
     def __init__(self, rows: int, cols: int) -> None:
