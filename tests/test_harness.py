@@ -176,3 +176,29 @@ def test_model_variants_train_with_their_overrides(tmp_path, monkeypatch, capsys
     capsys.readouterr()
     (table,) = evaluate_checkpoints(SudokuExperiment(), out)["tables"]
     assert sorted(r["model"] for r in table["runs"]) == ["convnet_sl", "convnet_sl@sl_weight=0.5"]
+
+
+def test_units_and_lower_is_better_metrics(tmp_path):
+    """Selection negates lower-is-better metrics and ranks NaN last; tables, summaries and curves show units."""
+    import math
+
+    from pseudosl.experiments.harness import format_table, selection_score, summarize
+    from pseudosl.experiments.plots import plot_curves
+    from pseudosl.experiments.warcraft.train import WarcraftExperiment
+
+    exp = WarcraftExperiment()                          # metrics exact, consistent, cost_ratio (lower is better)
+    a = selection_score(exp, {"exact": 10.0, "consistent": 20.0, "cost_ratio": 1.05})
+    b = selection_score(exp, {"exact": 10.0, "consistent": 20.0, "cost_ratio": 1.20})
+    c = selection_score(exp, {"exact": 10.0, "consistent": 20.0, "cost_ratio": float("nan")})
+    assert a > b > c and selection_score(exp, {"exact": 11.0, "consistent": 0.0, "cost_ratio": math.nan}) > a
+    runs = [{"model": "resnet", "seed": s, "exact": e, "consistent": e, "cost_ratio": r,
+             "history": [{"epoch": 1, "train_loss": 1.0, "test_exact": e, "test_cost_ratio": r}]}
+            for s, (e, r) in enumerate([(0.0, math.nan), (10.0, 1.2), (20.0, 1.4)])]
+    row = summarize(runs, exp.metrics, ["resnet"])["resnet"]
+    assert row["exact_mean"] == 10.0 and row["cost_ratio_mean"] == pytest.approx(1.3)   # NaN seed left out
+    assert row["cost_ratio_std"] == pytest.approx(math.sqrt(0.02))
+    assert math.isnan(summarize(runs[:1], exp.metrics, ["resnet"])["resnet"]["cost_ratio_mean"])
+    table = format_table(exp, {"resnet": row}, "t")
+    assert "cost_ratio x" in table and "exact %" in table
+    plot_curves(runs, exp.metrics, tmp_path / "c.png", units=exp.units)      # NaN points are gaps, no error
+    assert (tmp_path / "c.png").stat().st_size > 0

@@ -25,6 +25,7 @@ __all__ = ["main", "build_parser", "experiment", "add_config_flags", "EXPERIMENT
 EXPERIMENTS: dict[str, tuple[str, str]] = {
     "sudoku": ("Sudoku as autoregressive generation (paper Table 1)",
                "pseudosl.experiments.sudoku.train:SudokuExperiment"),
+    "warcraft": ("Warcraft shortest paths (paper Table 2)", "pseudosl.experiments.warcraft.train:WarcraftExperiment"),
     "detox": ("Detoxifying a language model: SGEAT and PSL (paper Table 3)",
               "pseudosl.experiments.detox.train:DetoxExperiment"),
 }

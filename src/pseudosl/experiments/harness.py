@@ -11,9 +11,10 @@ harness owns everything else, the same for every experiment:
 * checkpoints after every epoch (config, model, optimizer, RNG states, history, early-stopping
   state) and an exact ``resume``;
 * model selection: with a validation split, the checkpoint of the best validation score
-  (``Experiment.selection_key``: by default ``Experiment.metrics`` compared in order, so ``metrics[1]``
-  breaks ties of ``metrics[0]``; higher is better; the earlier epoch wins a full tie) is the one
-  tested; ``patience`` stops early;
+  (``Experiment.selection_key``: by default :func:`selection_score`, ``Experiment.metrics`` compared in
+  order, so ``metrics[1]`` breaks ties of ``metrics[0]``; higher is better unless the metric is in
+  ``Experiment.lower_is_better``; an undefined (NaN) value is the worst; the earlier epoch wins a full
+  tie) is the one tested; ``patience`` stops early;
 * models that are not trained (``Experiment.trains`` is false, e.g. a pretrained baseline) are only
   evaluated; their checkpoint (epoch 0) is written so that ``eval`` finds them;
 * model variants: ``models = ["rnn_psl@psl_weight=0.01", "rnn_psl@psl_weight=0.05"]`` trains a model with
@@ -47,7 +48,8 @@ from tqdm.auto import tqdm
 from .config import RUN_FREE_FIELDS, ConfigError, RunConfig, model_variant, split_model
 
 __all__ = ["Experiment", "Splits", "train", "train_run", "run_folder", "evaluate_checkpoints", "summarize",
-           "format_table", "load_checkpoint", "make_accelerator", "CheckpointError", "model_label"]
+           "format_table", "load_checkpoint", "make_accelerator", "CheckpointError", "model_label",
+           "selection_score", "unit"]
 
 C = TypeVar("C", bound=RunConfig)
 
@@ -67,16 +69,18 @@ class Splits:
 
 
 class Experiment(abc.ABC, Generic[C]):
-    """What an experiment adds to the harness.  Metrics are percentages, higher is better, unless the
-    experiment overrides ``units`` (the table's header) and ``selection_key`` (the validation order)."""
+    """What an experiment adds to the harness.  Metrics are percentages, higher is better, unless
+    ``units`` names another unit (e.g. ``{"cost_ratio": "x"}``), ``lower_is_better`` lists them, or
+    the experiment overrides ``selection_key`` (the validation order)."""
 
     name: str                                  # folder under runs/, e.g. "sudoku"
     config_class: type[C]
     labels: dict[str, str]                     # model name -> table label
     metrics: tuple[str, ...]                   # table columns; selection on validation compares them in order
     paper: dict[str, dict[str, float]] = {}    # model -> metric -> the paper's value
+    units: dict[str, str] = {}                 # metric -> unit shown in tables and plots (default "%")
+    lower_is_better: frozenset[str] = frozenset()  # metrics where smaller is better (for model selection)
     presets: Path                              # folder of the shipped <name>.toml presets
-    units: dict[str, str] = {}                 # metric -> unit in the table header (default "%")
     curve_metrics: tuple[str, ...] = ()        # metrics plotted in curves.png (default: all of ``metrics``)
     test_curves: bool = True                   # evaluate the test split at every evaluation (False: at the end only)
     actions: dict[str, str] = {}               # extra CLI steps (name -> help), run by ``run_action``
@@ -116,8 +120,9 @@ class Experiment(abc.ABC, Generic[C]):
         raise ValueError(f"pseudosl fidelity does not support the {self.name} experiment (no autoregressive model)")
 
     def selection_key(self, val: dict[str, float], cfg: C) -> list[float]:
-        """Validation metrics -> a list compared lexicographically, higher is better (model selection)."""
-        return [val[m] for m in self.metrics]
+        """Validation metrics -> a list compared lexicographically, larger = better (model selection);
+        by default :func:`selection_score`."""
+        return selection_score(self, val)
 
     def trains(self, name: str, cfg: C) -> bool:
         """Whether model ``name`` is trained (False: evaluated as built, e.g. a pretrained baseline)."""
@@ -314,9 +319,26 @@ def model_label(exp: Experiment, spec: str) -> str:
     return label + (" (" + ", ".join(f"{k}={v}" for k, v in overrides.items()) + ")" if overrides else "")
 
 
+def selection_score(exp: Experiment, values: dict[str, float]) -> list[float]:
+    """Validation metrics as a list compared lexicographically, larger = better: ``metrics[0]``, then ties
+    broken by the next; ``lower_is_better`` metrics negated; NaN (undefined) is ``-inf``, the worst."""
+    out = []
+    for m in exp.metrics:
+        v = float(values[m])
+        out.append(-np.inf if np.isnan(v) else -v if m in exp.lower_is_better else v)
+    return out
+
+
+def unit(exp: Experiment, metric: str) -> str:
+    """The unit of ``metric`` in tables and plots (``%`` unless ``exp.units`` says otherwise)."""
+    return exp.units.get(metric, "%")
+
+
 # -- summary ----------------------------------------------------------------------------------------
 def summarize(runs: list[dict], metrics: tuple[str, ...], models: tuple[str, ...] | list[str]) -> dict[str, dict]:
-    """Mean and sample standard deviation (ddof=1; 0 for one seed) of each metric, per model."""
+    """Mean and sample standard deviation (ddof=1; 0 for one seed) of each metric, per model.
+
+    A metric that is undefined (NaN) for some seeds is averaged over the others (NaN if it is for all)."""
     out = {}
     for name in models:
         rs = [r for r in runs if r["model"] == name]
@@ -325,7 +347,9 @@ def summarize(runs: list[dict], metrics: tuple[str, ...], models: tuple[str, ...
         row: dict[str, Any] = {"seeds": [r["seed"] for r in rs]}
         for k in metrics:
             v = np.array([r[k] for r in rs], dtype=float)
-            row[f"{k}_mean"], row[f"{k}_std"] = float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
+            v = v[~np.isnan(v)]
+            row[f"{k}_mean"] = float(v.mean()) if len(v) else float("nan")
+            row[f"{k}_std"] = float(v.std(ddof=1)) if len(v) > 1 else 0.0 if len(v) else float("nan")
         out[name] = row
     return out
 
@@ -333,12 +357,12 @@ def summarize(runs: list[dict], metrics: tuple[str, ...], models: tuple[str, ...
 def format_table(exp: Experiment, summary: dict, title: str) -> str:
     """Model × metric (mean ± std over seeds), then the paper's values where it reports them."""
     paper_cols = [m for m in exp.metrics if any(m in p for p in exp.paper.values())]
-    head = f"{'Model':<16}" + "".join(f"{(m + ' ' + exp.units.get(m, '%')).strip():>18}" for m in exp.metrics) + "".join(
-        f"{'paper ' + m:>16}" for m in paper_cols) + f"{'seeds':>7}"
+    head = f"{'Model':<16}" + "".join(f"{(m + ' ' + unit(exp, m)).strip():>18}" for m in exp.metrics) + "".join(
+        f"{'paper ' + m:>18}" for m in paper_cols) + f"{'seeds':>7}"
     lines = [title, head, "-" * len(head)]
     for name, row in summary.items():
         cells = "".join(f"{row[m + '_mean']:>10.2f} ± {row[m + '_std']:<5.2f}" for m in exp.metrics)
-        paper = "".join(f"{exp.paper.get(split_model(name)[0], {}).get(m, float('nan')):>16.2f}" for m in paper_cols)
+        paper = "".join(f"{exp.paper.get(split_model(name)[0], {}).get(m, float('nan')):>18.2f}" for m in paper_cols)
         lines.append(f"{model_label(exp, name):<16}{cells}{paper}{len(row['seeds']):>7}")
     return "\n".join(lines)
 
@@ -372,7 +396,7 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
     else:
         runs = [train_run(exp, cfg, name, seed, splits, accelerator, out, resume=resume) for name, seed in pairs]
     for r in runs:
-        accelerator.print(f"[{r['model']} seed {r['seed']}] test " + ", ".join(f"{m} {r[m]:.2f}{exp.units.get(m, '%')}"
+        accelerator.print(f"[{r['model']} seed {r['seed']}] test " + ", ".join(f"{m} {r[m]:.2f}{unit(exp, m)}"
                                                                           for m in exp.metrics)
                           + f" ({r['wall_s']:.0f}s)")
     summary = summarize(runs, exp.metrics, cfg.models)
@@ -449,7 +473,8 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path) -> dict:
         metrics, _ = _evaluate(exp, accelerator.unwrap_model(model), data_cache[cfg.content_key()].test, run_cfg, accelerator)
         groups.setdefault(key, []).append({"model": ckpt["model_name"], "seed": ckpt["seed"], "epoch": ckpt["epoch"],
                                            "path": str(path), **metrics})
-        accelerator.print(f"{path}: epoch {ckpt['epoch']}, " + ", ".join(f"{m} {metrics[m]:.2f}%" for m in exp.metrics))
+        accelerator.print(f"{path}: epoch {ckpt['epoch']}, " + ", ".join(f"{m} {metrics[m]:.2f}{unit(exp, m)}"
+                                                                        for m in exp.metrics))
     tables = []
     for key, runs in groups.items():
         cfg = cfgs[key]

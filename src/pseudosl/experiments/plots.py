@@ -17,8 +17,9 @@ def plot_curves(runs: list[dict], metrics: tuple[str, ...], path: str | Path, la
                 title: str = "", units: dict[str, str] | None = None) -> None:
     """One panel for the training loss, one per metric (test solid, validation dashed).
 
-    One colour per model; seeds share it.  Percent axes (the default unit; ``units`` maps a metric to
-    another) span at least 0..5 so a flat line at 0 reads as 0, not as noise around it.
+    One colour per model; seeds share it.  Percent axes (every metric not in ``units``) span at
+    least 0..5 so a flat line at 0 reads as 0, not as noise around it; other units autoscale.
+    Undefined (NaN) values are gaps.
     """
     labels, units = labels or {}, units or {}
     fig, axes = plt.subplots(1, 1 + len(metrics), figsize=(4.6 * (1 + len(metrics)), 4), squeeze=False)
@@ -34,8 +35,9 @@ def plot_curves(runs: list[dict], metrics: tuple[str, ...], path: str | Path, la
             for split, style in (("test", "-"), ("val", "--")):
                 ev = [e for e in h if f"{split}_{m}" in e]
                 if ev:
+                    n_finite = sum(e[f"{split}_{m}"] == e[f"{split}_{m}"] for e in ev)  # NaN: a gap
                     ax.plot([e["epoch"] for e in ev], [e[f"{split}_{m}"] for e in ev], style, color=c, alpha=0.8,
-                            label=label if split == "test" else None, marker="o" if len(ev) < 3 else None)
+                            label=label if split == "test" else None, marker="o" if n_finite < 3 else None)
     losses = [e["train_loss"] for r in runs for e in r["history"]]
     ax_loss.set(xlabel="epoch", ylabel="training loss", title="training loss",
                 yscale="log" if losses and min(losses) > 0 else "linear")
