@@ -100,6 +100,13 @@ def test_all_models_end_to_end_and_resume(tmp_path, capsys):
     capsys.readouterr()
     cli_main(["warcraft", "eval", "--out", str(out)])
     assert "ResNet-18 + SL" in capsys.readouterr().out
+    # pseudosl fidelity on the CNN-LSTM checkpoint (2^24 sequences: Monte-Carlo)
+    cli_main(["fidelity", "--checkpoint", str(out / "lstm_psl-seed0" / "checkpoint.pt"), "--n-examples", "2",
+              "--n-mc", "50", "--out", str(tmp_path / "fid")])
+    fid = json.loads((tmp_path / "fid" / "fidelity.json").read_text())
+    assert fid["method"] == "monte-carlo" and fid["length"] == 24 and fid["summary"]["entropy_local"]["mean"] >= 0
+    with pytest.raises(SystemExit):                                          # the ResNet is not autoregressive
+        cli_main(["fidelity", "--checkpoint", str(out / "resnet-seed0" / "checkpoint.pt"), "--out", str(tmp_path / "f2")])
 
 
 def test_resume_is_exact(tmp_path):

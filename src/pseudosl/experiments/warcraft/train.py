@@ -195,6 +195,17 @@ class WarcraftExperiment(Experiment[WarcraftConfig]):
         from .plots import plot_maps
         plot_maps(test, predictions, path, labels=LABELS)
 
+    def fidelity_inputs(self, model: nn.Module, test: WarcraftData, n_examples: int) -> tuple[Any, Tensor, str]:
+        """The CNN-LSTM's engine on the first test maps; anchors = its own sampled edge vectors (eval mode)."""
+        if not isinstance(model, CNNLSTM):
+            raise ValueError("pseudosl fidelity needs an autoregressive model (lstm, lstm_psl); this checkpoint "
+                             f"holds a {type(model).__name__}")
+        if not 1 <= n_examples <= len(test):
+            raise ValueError(f"--n-examples must lie in 1..{len(test)} (test maps), got {n_examples}")
+        maps = test.maps[:n_examples].to(model.embed.weight.device)
+        how = f"the model's sampled edge vectors on the first {n_examples} test maps (eval mode)"
+        return model.engine(maps), model.generate(maps, greedy=False), how
+
 
 def _grid(cfg: WarcraftConfig) -> int:
     """The grid size: ``cfg.grid`` for generated data, read from the maps of a real-layout folder."""
