@@ -18,7 +18,9 @@ group of nodes of equal height is one ``index_select`` plus dense reductions
 (sum over an element's terms, log-sum-exp over a node's elements).
 The backward pass is written by hand in the same layout (one ``index_add_`` per
 group), which keeps it NaN-free when values are ``-inf``: the weight of a child
-of an OR node whose value is ``-inf`` is defined as 0.  See
+of an OR node whose value is ``-inf`` is defined as 0.  The forward pass keeps these weights
+``exp(element - node)`` (one ``(count, E, B)`` tensor per OR group) instead of the node buffer,
+so the backward pass reads each edge once and gathers nothing.  See
 :class:`~pseudosl.logic.dag.LayerPlan` for the grouping (an OR node and the AND
 elements only it uses are one sum-of-products row).
 """
@@ -52,35 +54,37 @@ class _Evaluate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, leaves: Tensor, meta: tuple, n_slots: int, roots: Tensor, *indices: Tensor) -> Tensor:
-        buf = _forward_buffer(leaves, meta, n_slots, indices)  # (n_slots, B)
+        weights: list[Tensor | None] = []
+        buf = _forward_buffer(leaves, meta, n_slots, indices, weights)  # (n_slots, B)
         ctx.meta = meta
+        ctx.n_slots = n_slots
         ctx.n_leaf = leaves.shape[0]
-        ctx.save_for_backward(buf, roots, *indices)
+        ctx.save_for_backward(roots, *indices, *weights)
         return buf.index_select(0, roots)  # (R, B)
 
     @staticmethod
     def backward(ctx, grad_roots: Tensor):  # (R, B)
-        buf, roots, *indices = ctx.saved_tensors
-        batch = buf.shape[1]
-        grad = torch.zeros_like(buf)
+        roots, *saved = ctx.saved_tensors
+        indices, weights = saved[:len(ctx.meta)], saved[len(ctx.meta):]
+        batch = grad_roots.shape[1]
+        grad = grad_roots.new_zeros(ctx.n_slots, batch)
         grad.index_add_(0, roots, grad_roots)
-        for (start, count, n_el, n_term), idx in zip(reversed(ctx.meta), reversed(indices)):
-            g = grad[start:start + count]  # (count, B)
-            if n_el == 1:
-                g_el = g.unsqueeze(1)  # (count, 1, B)
-            else:  # d out / d element = softmax weight exp(element - out); 0 where out = -inf
-                out = buf[start:start + count].unsqueeze(1)
-                el = _element_values(buf, idx, count, n_el, n_term)
-                w = torch.exp(el - out).masked_fill_(torch.isneginf(out), 0.0)
-                g_el = w.mul_(g.unsqueeze(1))
+        for (start, count, n_el, n_term), idx, w in zip(reversed(ctx.meta), reversed(indices), reversed(weights)):
+            g = grad[start:start + count].unsqueeze(1)  # (count, 1, B)
+            g_el = g if w is None else w * g  # (count, E, B)
             contrib = g_el.unsqueeze(2).expand(count, n_el, n_term, batch)
             grad.index_add_(0, idx, contrib.reshape(-1, batch))
         return (grad[2:2 + ctx.n_leaf], None, None, None) + (None,) * len(indices)
 
 
 def _forward_buffer(leaves: Tensor, meta: Sequence[tuple[int, int, int, int]], n_slots: int,
-                    indices: Sequence[Tensor]) -> Tensor:
-    """All node values, ``(n_slots, B)``, from the leaves ``(n*k, B)`` (no autograd)."""
+                    indices: Sequence[Tensor], weights: list[Tensor | None] | None = None) -> Tensor:
+    """All node values, ``(n_slots, B)``, from the leaves ``(n*k, B)`` (no autograd).
+
+    With ``weights`` (a list to fill) it also keeps, per group, the derivative of each node with
+    respect to its elements, ``exp(element - node)`` ``(count, E, B)`` (0 where the node is ``-inf``;
+    None for a group of AND nodes, ``E = 1``): the backward pass then needs no second gather.
+    """
     batch = leaves.shape[1]
     buf = leaves.new_empty(n_slots, batch)
     buf[0] = float("-inf")
@@ -90,12 +94,17 @@ def _forward_buffer(leaves: Tensor, meta: Sequence[tuple[int, int, int, int]], n
     with torch.no_grad():
         for (start, count, n_el, n_term), idx in zip(meta, indices):
             el = _element_values(buf, idx, count, n_el, n_term)
+            out = buf[start:start + count]
             if n_el == 1:
-                buf[start:start + count] = el.squeeze(1)
+                out.copy_(el.squeeze(1))
             elif eager:  # write in place (saves a copy per group)
-                torch.logsumexp(el, dim=1, out=buf[start:start + count])
+                torch.logsumexp(el, dim=1, out=out)
             else:  # traced: a plain assignment, which the compiler fuses
                 buf[start:start + count] = torch.logsumexp(el, dim=1)
+                out = buf[start:start + count]
+            if weights is not None:
+                weights.append(None if n_el == 1 else
+                               el.sub_(out.unsqueeze(1)).exp_().masked_fill_(torch.isneginf(out).unsqueeze(1), 0.0))
     return buf
 
 
