@@ -292,7 +292,10 @@ class Circuit(nn.Module):
         stay clear of ``torch._dynamo``'s recompile limit, which counts recompilations per code
         object.  A new batch size recompiles once, after which the batch dimension is dynamic.
         On a GPU, ``mode="reduce-overhead"`` replays the whole pass (forward, and backward when
-        it is differentiated) as a CUDA graph, cached per batch shape.
+        it is differentiated) as a CUDA graph, cached per batch shape (a replay reuses its output
+        memory: clone a result you keep past the next call).  A function of your own compiled once
+        and called with many circuits recompiles per circuit (each is a different graph): compile one
+        per circuit, or raise ``torch._dynamo.config.recompile_limit``.
 
         Example:
             >>> import torch, pseudosl
