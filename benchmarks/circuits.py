@@ -184,10 +184,13 @@ def main() -> None:
             kneg = torch.zeros_like(kpos)
             kposg = xg.reshape(args.batch, -1)
         ref = ours.log_prob(x).reshape(args.batch, -1)
+        ref_grad, = torch.autograd.grad(ours.log_prob(xg).sum(), xg)
         for mode, fn in fns.items():
             with torch.no_grad():
                 got = fn(x).reshape(args.batch, -1)
             assert torch.allclose(ref, got, atol=1e-3, rtol=1e-4), f"{name}: {mode} and eager pseudosl disagree"
+            got_grad, = torch.autograd.grad(fn(xg).sum(), xg)
+            assert torch.allclose(ref_grad, got_grad, atol=1e-4), f"{name}: {mode} gradients disagree with eager"
         for mode, km in kms.items():
             if km is not None:
                 got = km(kpos, kneg).reshape(args.batch, -1)
