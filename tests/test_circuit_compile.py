@@ -154,6 +154,7 @@ def test_compiled_cache_is_not_copied():
     circuit, _ = satisfiable_circuit(8)
     f = circuit.compiled(backend="eager")
     assert circuit.compiled(backend="eager") is f and circuit.compiled(backend="aot_eager") is not f
+    assert circuit.compiled(backend="eager", options={}) is circuit.compiled(backend="eager", options={})
     clone = copy.deepcopy(circuit)
     assert clone.compiled(backend="eager") is not f
 

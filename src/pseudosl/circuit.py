@@ -304,7 +304,7 @@ class Circuit(nn.Module):
             >>> f is c.compiled()
             True
         """
-        key = tuple(sorted(options.items()))
+        key = repr(sorted(options.items()))  # options may hold dicts (e.g. options={...}), which do not hash
         cache = self.__dict__.setdefault("_compiled", {})
         if key not in cache:
             cache[key] = torch.compile(_own_code(self.log_prob), fullgraph=True, **options)
