@@ -164,20 +164,20 @@ def test_cuda_graph_capture_and_replay():
     circuit, truths = satisfiable_circuit(9, n=3, k=3, roots=2)
     circuit = circuit.cuda()
     static_x = torch.randn(8, 3, 3, device="cuda").log_softmax(-1).requires_grad_()
-    torch.cuda.set_sync_debug_mode("error")  # any host synchronisation raises
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    torch.cuda.set_sync_debug_mode("error")  # any implicit host synchronisation in an op raises
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up on a side stream, as capture requires
             for _ in range(3):
                 torch.autograd.grad(circuit.log_prob(static_x).sum(), static_x)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = circuit.log_prob(static_x)
-            static_grad, = torch.autograd.grad(static_out.sum(), static_x)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # capture fails on any synchronisation
+        static_out = circuit.log_prob(static_x)
+        static_grad, = torch.autograd.grad(static_out.sum(), static_x)
     for _ in range(3):
         new = torch.randn(8, 3, 3, device="cuda").log_softmax(-1)
         with torch.no_grad():
