@@ -1,13 +1,14 @@
 """Circuit evaluation: pseudosl vs KLay (torch backend) vs PySDD, side by side in one process.
 
-    python benchmarks/circuits.py [--batch 128] [--reps 20] [--device cpu] [--markdown]
+    python benchmarks/circuits.py [--batch 128] [--reps 20] [--device cpu] [--threads 1] [--compile] [--only NAME]
 
 For every circuit: log-semiring forward and forward+backward at the given batch size,
 warm median over ``--reps`` runs after warm-up, for
 
-* pseudosl: ``Circuit.log_prob``;
+* pseudosl: ``Circuit.log_prob`` (eager) and, with ``--compile``, ``Circuit.compiled()``
+  (``torch.compile(fullgraph=True)``; on CUDA ``mode="reduce-overhead"``, a CUDA-graph replay);
 * KLay (``klaycircuits``): ``to_torch_module(semiring="log", compile=False)`` on the same
-  circuit (SDD files loaded by KLay itself; our categorical circuits handed over node by
+  circuit, and with ``--compile`` also ``compile=True`` (SDD files loaded by KLay itself; our categorical circuits handed over node by
   node, each indicator ``[X_v = c]`` a positive literal, so both evaluate the same smooth DAG);
 * PySDD: ``WmcManager`` in log mode, one weight vector at a time (SDD circuits only;
   ``propagate`` computes the WMC, and its derivatives come from the same call).
@@ -21,6 +22,7 @@ copy bandwidth of the machine that is the floor the last column compares with.
 from __future__ import annotations
 
 import argparse
+import math
 import platform
 import statistics
 import time
@@ -78,12 +80,12 @@ def klay_from_dag(circuit: Circuit):
     return kc
 
 
-def circuits(include_experiments: bool) -> list[tuple[str, Circuit, object]]:
+def circuits(include_experiments: bool, folder: Path = SHARED) -> list[tuple[str, Circuit, object]]:
     """(name, our circuit, KLay circuit or SDD file pair)."""
     import klay
     out = []
     for name in ["sudoku_4", "4-grid", "seq_fun"]:
-        sdd, vtree = SHARED / f"{name}.sdd", SHARED / f"{name}.vtree"
+        sdd, vtree = folder / f"{name}.sdd", folder / f"{name}.vtree"
         if not sdd.exists():
             print(f"skipping {name}: {sdd} not found")
             continue
@@ -121,6 +123,19 @@ def pysdd_ms(sdd: Path, vtree: Path, logp: torch.Tensor) -> float:
     return 1e3 * (time.perf_counter() - t)
 
 
+def compiled_klay(kc, dev: str):
+    """KLay's ``compile=True`` module, or None if it does not run here."""
+    try:
+        return kc.to_torch_module(semiring="log", compile=True).to(dev)
+    except Exception as e:  # noqa: BLE001 -- a missing compiler toolchain is reported, not fatal
+        print(f"KLay compile=True unavailable: {type(e).__name__}: {e}")
+        return None
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=128)
@@ -128,6 +143,11 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     ap.add_argument("--no-experiments", action="store_true", help="only the SDD files of ../shared")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time Circuit.compiled() (on CUDA with mode='reduce-overhead', i.e. CUDA graphs) "
+                         "and KLay's compile=True (slow to compile on a CPU)")
+    ap.add_argument("--only", default=None, help="only circuits whose name contains this")
+    ap.add_argument("--circuits", type=Path, default=SHARED, help=f"folder of the SDD files (default {SHARED})")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -136,13 +156,22 @@ def main() -> None:
     print(f"# machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
           f"device {dev}, torch {torch.__version__}, batch {args.batch}, float32, median of {args.reps}; "
           f"measured copy bandwidth {bandwidth / 1e9:.1f} GB/s\n")
-    header = ("| circuit | vars×values | edges | ours fwd ms | KLay fwd ms | PySDD ms | ours f+b ms | KLay f+b ms "
-              "| KLay/ours fwd | KLay/ours f+b | ours fwd GFLOP/s | fwd floor ms | ours / floor |")
+    modes = ["ours", "ours-c", "KLay", "KLay-c"] if args.compile else ["ours", "KLay"]
+    header = ("| circuit | vars×values | edges | " + " | ".join(f"{m} fwd ms" for m in modes) + " | PySDD ms | "
+              + " | ".join(f"{m} f+b ms" for m in modes) + " | best ours / best KLay fwd | f+b "
+              "| fwd floor ms | best ours fwd / floor |")
     print(header)
-    print("|" + "---|" * header.count("|")[:-1] if False else "|" + "|".join(["---"] * (header.count("|") - 1)) + "|")
-    for name, ours, (kc, sdd, vtree) in circuits(not args.no_experiments):
+    print("|" + "|".join(["---"] * (header.count("|") - 1)) + "|")
+    ratios: dict[str, list[float]] = {"fwd": [], "f+b": [], "eager fwd": [], "eager f+b": []}
+    for name, ours, (kc, sdd, vtree) in circuits(not args.no_experiments, args.circuits):
+        if args.only and args.only not in name:
+            continue
         ours = ours.to(dev)
-        km = kc.to_torch_module(semiring="log", compile=False).to(dev)
+        kms = {"KLay": kc.to_torch_module(semiring="log", compile=False).to(dev)}
+        fns = {"ours": ours.log_prob}
+        if args.compile:
+            fns["ours-c"] = ours.compiled(mode="reduce-overhead") if dev == "cuda" else ours.compiled()
+            kms["KLay-c"] = compiled_klay(kc, dev)
         n, k = ours.n_vars, ours.n_values
         torch.manual_seed(0)
         x = torch.randn(args.batch, n, k, device=dev).log_softmax(-1)
@@ -155,35 +184,57 @@ def main() -> None:
             kneg = torch.zeros_like(kpos)
             kposg = xg.reshape(args.batch, -1)
         ref = ours.log_prob(x).reshape(args.batch, -1)
-        got = km(kpos, kneg).reshape(args.batch, -1)
-        assert torch.allclose(ref, got, atol=1e-3, rtol=1e-4), f"{name}: KLay and pseudosl disagree"
-
-        def fwd_ours():
+        ref_grad, = torch.autograd.grad(ours.log_prob(xg).sum(), xg)
+        for mode, fn in fns.items():
             with torch.no_grad():
-                ours.log_prob(x)
+                got = fn(x).reshape(args.batch, -1)
+            assert torch.allclose(ref, got, atol=1e-3, rtol=1e-4), f"{name}: {mode} and eager pseudosl disagree"
+            got_grad, = torch.autograd.grad(fn(xg).sum(), xg)
+            assert torch.allclose(ref_grad, got_grad, atol=1e-4), f"{name}: {mode} gradients disagree with eager"
+        for mode, km in kms.items():
+            if km is not None:
+                got = km(kpos, kneg).reshape(args.batch, -1)
+                assert torch.allclose(ref, got, atol=1e-3, rtol=1e-4), f"{name}: {mode} and pseudosl disagree"
 
-        def fwd_klay():
-            with torch.no_grad():
-                km(kpos, kneg)
+        def fwd(f, *a):
+            def run():
+                with torch.no_grad():
+                    f(*a)
+            return run
 
-        def fb_ours():
-            xg.grad = None
-            ours.log_prob(xg).sum().backward()
+        def fb(f, *a):
+            def run():
+                xg.grad = None
+                f(*a).sum().backward()
+            return run
 
-        def fb_klay():
-            xg.grad = None
-            km(kposg, kneg).sum().backward()
-
-        t_of, t_kf = timeit(fwd_ours, args.reps, dev), timeit(fwd_klay, args.reps, dev)
-        t_ob, t_kb = timeit(fb_ours, args.reps, dev), timeit(fb_klay, args.reps, dev)
+        t_f: dict[str, float] = {}
+        t_b: dict[str, float] = {}
+        for mode, fn in fns.items():
+            t_f[mode], t_b[mode] = timeit(fwd(fn, x), args.reps, dev), timeit(fb(fn, xg), args.reps, dev)
+        for mode, km in kms.items():
+            if km is None:
+                t_f[mode] = t_b[mode] = float("nan")
+                continue
+            t_f[mode], t_b[mode] = timeit(fwd(km, kpos, kneg), args.reps, dev), timeit(fb(km, kposg, kneg), args.reps, dev)
         t_sdd = pysdd_ms(sdd, vtree, x[..., 1].cpu()) if sdd is not None else float("nan")
+        best = {key: (min(v for m, v in t.items() if m.startswith("ours")),
+                      min((v for m, v in t.items() if m.startswith("KLay") and v == v), default=float("nan")))
+                for key, t in (("fwd", t_f), ("f+b", t_b))}
+        for key in ("fwd", "f+b"):
+            ratios[key].append(best[key][0] / best[key][1])
+        ratios["eager fwd"].append(t_f["ours"] / t_f["KLay"])
+        ratios["eager f+b"].append(t_b["ours"] / t_b["KLay"])
         edges = ours.n_edges
-        flops = 2 * edges * args.batch
         bytes_min = 4 * args.batch * (ours.n_slots + edges)  # write every node once, read every edge once
         floor_ms = 1e3 * bytes_min / bandwidth
         sdd_cell = f"{t_sdd:.2f}" if t_sdd == t_sdd else "n/a"
-        print(f"| {name} | {n}×{k} | {edges} | {t_of:.2f} | {t_kf:.2f} | {sdd_cell} | {t_ob:.2f} | {t_kb:.2f} "
-              f"| {t_kf / t_of:.2f}× | {t_kb / t_ob:.2f}× | {flops / t_of / 1e6:.2f} | {floor_ms:.3f} | {t_of / floor_ms:.1f}× |")
+        cells = lambda t: " | ".join(f"{t[m]:.2f}" if t[m] == t[m] else "n/a" for m in modes)  # noqa: E731
+        print(f"| {name} | {n}×{k} | {edges} | {cells(t_f)} | {sdd_cell} | {cells(t_b)} "
+              f"| {ratios['fwd'][-1]:.2f}× | {ratios['f+b'][-1]:.2f}× | {floor_ms:.3f} | {best['fwd'][0] / floor_ms:.1f}× |",
+              flush=True)
+    print("\ngeometric mean of our time / KLay's time: "
+          + ", ".join(f"{key} {geomean(v):.2f}×" for key, v in ratios.items()))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ group of nodes of equal height is one ``index_select`` plus dense reductions
 (sum over an element's terms, log-sum-exp over a node's elements).
 The backward pass is written by hand in the same layout (one ``index_add_`` per
 group), which keeps it NaN-free when values are ``-inf``: the weight of a child
-of an OR node whose value is ``-inf`` is defined as 0.  See
+of an OR node whose value is ``-inf`` is defined as 0.  The forward pass keeps these weights
+``exp(element - node)`` (one ``(count, E, B)`` tensor per OR group) instead of the node buffer,
+so the backward pass reads each edge once and gathers nothing.  See
 :class:`~pseudosl.logic.dag.LayerPlan` for the grouping (an OR node and the AND
 elements only it uses are one sum-of-products row).
 """
@@ -26,8 +28,9 @@ elements only it uses are one sum-of-products row).
 from __future__ import annotations
 
 import hashlib
+import types
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -42,33 +45,67 @@ __all__ = ["Circuit"]
 
 
 class _Evaluate(torch.autograd.Function):
+    """The circuit's values with a hand-written backward.
+
+    Every tensor it needs is an argument (``meta`` is a tuple of Python ints), so
+    ``torch.compile`` traces it into one graph and CUDA graphs can capture it: nothing in
+    either pass reads a tensor value on the host.
+    """
+
     @staticmethod
-    def forward(ctx, leaves: Tensor, circuit: "Circuit") -> Tensor:  # leaves: (n*k, B)
-        buf = circuit._forward_buffer(leaves)
-        ctx.circuit = circuit
-        ctx.save_for_backward(buf)
-        return buf.index_select(0, circuit.root_rows)  # (R, B)
+    def forward(ctx, leaves: Tensor, meta: tuple, n_slots: int, roots: Tensor, *indices: Tensor) -> Tensor:
+        weights: list[Tensor | None] = []
+        buf = _forward_buffer(leaves, meta, n_slots, indices, weights)  # (n_slots, B)
+        ctx.meta = meta
+        ctx.n_slots = n_slots
+        ctx.n_leaf = leaves.shape[0]
+        ctx.save_for_backward(roots, *indices, *weights)
+        return buf.index_select(0, roots)  # (R, B)
 
     @staticmethod
     def backward(ctx, grad_roots: Tensor):  # (R, B)
-        (buf,) = ctx.saved_tensors
-        c: Circuit = ctx.circuit
-        batch = buf.shape[1]
-        grad = torch.zeros_like(buf)
-        grad.index_add_(0, c.root_rows, grad_roots)
-        for (start, count, n_el, n_term), idx in zip(reversed(c._meta), reversed(c._indices())):
-            g = grad[start:start + count]  # (count, B)
-            if n_el == 1:
-                g_el = g.unsqueeze(1)  # (count, 1, B)
-            else:  # d out / d element = softmax weight exp(element - out); 0 where out = -inf
-                out = buf[start:start + count].unsqueeze(1)
-                el = _element_values(buf, idx, count, n_el, n_term)
-                w = torch.exp(el - out).masked_fill_(torch.isneginf(out), 0.0)
-                g_el = w.mul_(g.unsqueeze(1))
+        roots, *saved = ctx.saved_tensors
+        indices, weights = saved[:len(ctx.meta)], saved[len(ctx.meta):]
+        batch = grad_roots.shape[1]
+        grad = grad_roots.new_zeros(ctx.n_slots, batch)
+        grad.index_add_(0, roots, grad_roots)
+        for (start, count, n_el, n_term), idx, w in zip(reversed(ctx.meta), reversed(indices), reversed(weights)):
+            g = grad[start:start + count].unsqueeze(1)  # (count, 1, B)
+            g_el = g if w is None else w * g  # (count, E, B)
             contrib = g_el.unsqueeze(2).expand(count, n_el, n_term, batch)
             grad.index_add_(0, idx, contrib.reshape(-1, batch))
-        n_leaf = c.n_vars * c.n_values
-        return grad[2:2 + n_leaf], None
+        return (grad[2:2 + ctx.n_leaf], None, None, None) + (None,) * len(indices)
+
+
+def _forward_buffer(leaves: Tensor, meta: Sequence[tuple[int, int, int, int]], n_slots: int,
+                    indices: Sequence[Tensor], weights: list[Tensor | None] | None = None) -> Tensor:
+    """All node values, ``(n_slots, B)``, from the leaves ``(n*k, B)`` (no autograd).
+
+    With ``weights`` (a list to fill) it also keeps, per group, the derivative of each node with
+    respect to its elements, ``exp(element - node)`` ``(count, E, B)`` (0 where the node is ``-inf``;
+    None for a group of AND nodes, ``E = 1``): the backward pass then needs no second gather.
+    """
+    batch = leaves.shape[1]
+    buf = leaves.new_empty(n_slots, batch)
+    buf[0] = float("-inf")
+    buf[1] = 0.0
+    buf[2:2 + leaves.shape[0]] = leaves
+    eager = not torch.compiler.is_compiling()
+    with torch.no_grad():
+        for (start, count, n_el, n_term), idx in zip(meta, indices):
+            el = _element_values(buf, idx, count, n_el, n_term)
+            out = buf[start:start + count]
+            if n_el == 1:
+                out.copy_(el.squeeze(1))
+            elif eager:  # write in place (saves a copy per group)
+                torch.logsumexp(el, dim=1, out=out)
+            else:  # traced: a plain assignment, which the compiler fuses
+                buf[start:start + count] = torch.logsumexp(el, dim=1)
+                out = buf[start:start + count]
+            if weights is not None:
+                weights.append(None if n_el == 1 else
+                               el.sub_(out.unsqueeze(1)).exp_().masked_fill_(torch.isneginf(out).unsqueeze(1), 0.0))
+    return buf
 
 
 def _element_values(buf: Tensor, idx: Tensor, count: int, n_el: int, n_term: int) -> Tensor:
@@ -92,6 +129,10 @@ class Circuit(nn.Module):
         >>> c.log_prob(torch.log(torch.tensor([[0.5, 0.5]]))).exp()
         tensor([0.5000])
     """
+
+    validate_inputs: bool | None = None
+    """Value checks on inputs: ``None`` (default) = on CPU tensors in eager mode only (they would
+    synchronise a GPU with the host and break CUDA-graph capture), ``True`` = always, ``False`` = never."""
 
     def __init__(self, dag: Dag) -> None:
         super().__init__()
@@ -185,42 +226,40 @@ class Circuit(nn.Module):
     def _indices(self) -> list[Tensor]:
         return [getattr(self, f"idx_{i}") for i in range(len(self._meta))]
 
-    def _forward_buffer(self, leaves: Tensor) -> Tensor:
-        """All node values, ``(n_slots, B)``, without autograd."""
-        batch = leaves.shape[1]
-        buf = leaves.new_empty(self.n_slots, batch)
-        buf[0] = float("-inf")
-        buf[1] = 0.0
-        buf[2:2 + leaves.shape[0]] = leaves
-        with torch.no_grad():
-            for (start, count, n_el, n_term), idx in zip(self._meta, self._indices()):
-                el = _element_values(buf, idx, count, n_el, n_term)
-                if n_el == 1:
-                    buf[start:start + count] = el.squeeze(1)
-                else:
-                    torch.logsumexp(el, dim=1, out=buf[start:start + count])
-        return buf
+    def validates(self, x: Tensor) -> bool:
+        """Whether the value checks on ``x`` run (see :attr:`validate_inputs`)."""
+        if self.validate_inputs is None:
+            return x.device.type == "cpu" and not torch.compiler.is_compiling()
+        return self.validate_inputs
 
     def categorical_input(self, x: Tensor) -> Tensor:
-        """Validate ``x`` and return it as ``(B, n, k)`` log-probabilities (see module docs)."""
+        """Check ``x`` and return it as ``(B, n, k)`` log-probabilities (see module docs).
+
+        Type and shape are always checked (on the host, for free).  The value checks (no NaN, no
+        ``+inf``, Boolean ``log P(true) <= 0``) read the data, which on a GPU waits for it: they run
+        when :meth:`validates` says so, by default on CPU tensors outside ``torch.compile``.
+        Under ``torch.compile`` with ``validate_inputs=True`` they are device-side asserts
+        (``torch._assert_async``), which stop the program rather than raise a ``ValueError``.
+        """
         if not isinstance(x, Tensor):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
         if not x.is_floating_point():
             raise TypeError(f"x must be a floating-point tensor of log-probabilities, got dtype {x.dtype}")
         n, k = self.n_vars, self.n_values
+        check = self.validates(x)
         if x.dim() == 2 and k == 2 and x.shape[1] == n:
-            if (x > 0).any():
-                raise ValueError("Boolean input (B, n) holds log P(X = true) and must be <= 0; "
-                                 "pass log-probabilities (e.g. F.logsigmoid(logits)), not logits")
+            if check:
+                _require(~(x > 0).any(), "Boolean input (B, n) holds log P(X = true) and must be <= 0; "
+                                         "pass log-probabilities (e.g. F.logsigmoid(logits)), not logits")
             x = torch.stack([_log1mexp(x), x], dim=-1)
         elif x.dim() != 3 or x.shape[1:] != (n, k):
             boolean = f", or (B, {n}) for log P(true) of Boolean variables" if k == 2 else ""
             raise ValueError(f"x must have shape (B, {n}, {k}) ({n} positions with {k} values each){boolean}; "
                              f"got {tuple(x.shape)}")
-        if torch.isnan(x).any():
-            raise ValueError("x contains NaN; the circuit needs log-probabilities (use -inf for probability 0)")
-        if (x == float("inf")).any():
-            raise ValueError("x contains +inf; log-probabilities are at most 0")
+        if check:
+            _require(~torch.isnan(x).any(),
+                     "x contains NaN; the circuit needs log-probabilities (use -inf for probability 0)")
+            _require(~torch.isposinf(x).any(), "x contains +inf; log-probabilities are at most 0")
         return x
 
     def forward(self, x: Tensor) -> Tensor:
@@ -236,12 +275,45 @@ class Circuit(nn.Module):
         leaves = x.reshape(x.shape[0], self.n_vars * self.n_values).t()
         if x.shape[0] == 0:  # nothing to evaluate; keep the (empty) result in the graph
             return leaves.t()[:, :1].expand(0, self.n_roots) * 0.0
-        return _Evaluate.apply(leaves, self).t()
+        if not (torch.is_grad_enabled() and leaves.requires_grad):  # no graph to record
+            return _forward_buffer(leaves, self._meta, self.n_slots, self._indices()).index_select(0, self.root_rows).t()
+        return _Evaluate.apply(leaves, tuple(self._meta), self.n_slots, self.root_rows, *self._indices()).t()
 
     def log_prob(self, x: Tensor) -> Tensor:
         """``log P(constraint)`` under the fully-factorized distribution: ``(B,)`` or ``(B, R)``."""
         out = self(x)
         return out[:, 0] if self.n_roots == 1 else out
+
+    def compiled(self, **options: Any) -> Callable[[Tensor], Tensor]:
+        """:meth:`log_prob` compiled with ``torch.compile(fullgraph=True, **options)``, once per circuit.
+
+        The compiled function is cached on the circuit (per ``options``) and has a code object of
+        its own, so each circuit has its own compile cache: any number of circuits in one process
+        stay clear of ``torch._dynamo``'s recompile limit, which counts recompilations per code
+        object.  A new batch size recompiles once, after which the batch dimension is dynamic.
+        On a GPU, ``mode="reduce-overhead"`` replays the whole pass (forward, and backward when
+        it is differentiated) as a CUDA graph, cached per batch shape (a replay reuses its output
+        memory: clone a result you keep past the next call).  A function of your own compiled once
+        and called with many circuits recompiles per circuit (each is a different graph): compile one
+        per circuit, or raise ``torch._dynamo.config.recompile_limit``.
+
+        Example:
+            >>> import torch, pseudosl
+            >>> c = pseudosl.compile_cnf([[1, 2], [-1, -2]])
+            >>> f = c.compiled()
+            >>> f is c.compiled()
+            True
+        """
+        key = repr(sorted(options.items()))  # options may hold dicts (e.g. options={...}), which do not hash
+        cache = self.__dict__.setdefault("_compiled", {})
+        if key not in cache:
+            cache[key] = torch.compile(_own_code(self.log_prob), fullgraph=True, **options)
+        return cache[key]
+
+    def __getstate__(self) -> dict:
+        state = dict(super().__getstate__())
+        state.pop("_compiled", None)  # compiled functions are rebuilt on demand, never copied or pickled
+        return state
 
     def log_prob_reference(self, x: Tensor) -> Tensor:
         """The same value through plain differentiable torch ops (supports double backward).
@@ -261,6 +333,21 @@ class Circuit(nn.Module):
             buf = torch.cat([buf, out])
         out = buf.index_select(0, self.root_rows).t()
         return out[:, 0] if self.n_roots == 1 else out
+
+
+def _own_code(method: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    """``method`` wrapped in a function with a fresh code object (so a compile cache of its own)."""
+    def call(x: Tensor) -> Tensor:
+        return method(x)
+    return types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__, None, call.__closure__)
+
+
+def _require(ok: Tensor, message: str) -> None:
+    """Raise ``ValueError(message)`` unless the bool tensor ``ok`` holds; a device-side assert when traced."""
+    if torch.compiler.is_compiling():
+        torch._assert_async(ok, message)
+    elif not bool(ok):
+        raise ValueError(message)
 
 
 def _safe_logsumexp(x: Tensor, dim: int) -> Tensor:

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .circuit import Circuit, _log1mexp
+from .circuit import Circuit, _log1mexp, _require
 
 __all__ = ["constraint_log_prob", "product_log_prob", "semantic_loss", "constraint_entropy", "log_probs_from_logits",
            "reduce_loss"]
@@ -43,25 +43,36 @@ def log_probs_from_logits(circuit: Circuit, logits: Tensor) -> Tensor:
     Infinite logits are the one-hot limit, as in the Boolean form: a position with ``+inf`` logits puts
     all its mass on them (shared equally when several are ``+inf``), ``-inf`` is probability 0.  A position
     whose logits are all ``-inf`` has no possible value and is an error, as is NaN.
+
+    Like :meth:`Circuit.categorical_input`, the value checks (NaN, all ``-inf``) run only where
+    :meth:`Circuit.validates` says so (by default on CPU, eagerly); elsewhere nothing here reads the data.
     """
     _check_tensor("logits", logits)
-    if torch.isnan(logits).any():
-        raise ValueError("logits contain NaN")
+    check = circuit.validates(logits)
+    if check:
+        _require(~torch.isnan(logits).any(), "logits contain NaN")
     if logits.dim() == 2 and circuit.n_values == 2:
         return torch.stack([F.logsigmoid(-logits), F.logsigmoid(logits)], dim=-1)
     if logits.dim() == 3:
-        return _log_softmax_with_infinities(logits)
+        return _log_softmax_with_infinities(logits, check)
     raise ValueError(f"logits must have shape (B, {circuit.n_vars}, {circuit.n_values})"
                      + (f" or (B, {circuit.n_vars})" if circuit.n_values == 2 else "") + f"; got {tuple(logits.shape)}")
 
 
-def _log_softmax_with_infinities(logits: Tensor) -> Tensor:
-    """``log_softmax(-1)`` extended to ``+inf`` logits (the one-hot limit); ``(B, n, k)``."""
-    if not torch.isinf(logits).any():
-        return logits.log_softmax(-1)
-    if torch.isneginf(logits).all(-1).any():
-        b, v = torch.nonzero(torch.isneginf(logits).all(-1))[0].tolist()
-        raise ValueError(f"logits[{b}, {v}] are all -inf: position {v} of example {b} has no possible value")
+def _log_softmax_with_infinities(logits: Tensor, check: bool) -> Tensor:
+    """``log_softmax(-1)`` extended to ``+inf`` logits (the one-hot limit); ``(B, n, k)``.
+
+    With ``check`` (host-side data allowed) finite logits take the plain path and all-``-inf``
+    positions raise; otherwise the one formula below runs for every input, with no data-dependent branch.
+    """
+    if check and torch.compiler.is_compiling():
+        _require(~torch.isneginf(logits).all(-1).any(), "logits: a position has all -inf logits (no possible value)")
+    elif check:
+        if not torch.isinf(logits).any():
+            return logits.log_softmax(-1)
+        if torch.isneginf(logits).all(-1).any():
+            b, v = torch.nonzero(torch.isneginf(logits).all(-1))[0].tolist()
+            raise ValueError(f"logits[{b}, {v}] are all -inf: position {v} of example {b} has no possible value")
     top = torch.isposinf(logits)
     limit = torch.where(top, 0.0, float("-inf")).to(logits.dtype)  # the +inf values share the mass
     limit = limit - top.sum(-1, keepdim=True).clamp(min=1).to(logits.dtype).log()
