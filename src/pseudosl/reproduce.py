@@ -58,10 +58,14 @@ def experiment_section(exp, cfg, result: dict, command: str, figures: Path, rel:
             shutil.copyfile(src, figures / f"{stem}-{kind}.png")
             pics.append(f"![{exp.name} {kind}]({rel}/{stem}-{kind}.png)")
     m = result["machine"]
-    table = format_table(exp, result["summary"], f"{exp.name}, preset {cfg.preset}")
     lines = [f"Command: `{command}` (config {result['content_key']}, seeds {cfg.seeds}, {cfg.epochs} epochs).",
              f"Machine: {m['device']}, torch {m['torch']}, {m['threads']} threads" + _load(m) + "; wall time "
-             f"{result['wall_s'] / 60:.1f} min.", "", "```", table, "```", ""]
+             f"{result['wall_s'] / 60:.1f} min.", ""]
+    paper_shaped = out / "table_paper.md"  # an experiment's own paper-shaped table (Experiment.report), if any
+    if paper_shaped.is_file():
+        lines += [paper_shaped.read_text().strip(), ""]
+    else:
+        lines += ["```", format_table(exp, result["summary"], f"{exp.name}, preset {cfg.preset}"), "```", ""]
     return "\n".join(lines + pics)
 
 

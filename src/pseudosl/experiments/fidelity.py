@@ -193,9 +193,11 @@ def reproduce_section(mode: str, runs: Path, figures: Path, results: dict) -> st
     if lm is not None:  # the detox experiment's language model, on windows of 10 tokens as the paper's GPT-2
         out = runs / "fidelity" / "detox-lm"
         n_lm = 4 if mode == "quick" else 16
-        command = f"pseudosl fidelity --hf-model {lm} --length 10 --n-examples {n_lm} --n-mc {n_mc} --out {out}"
+        shown = _portable(lm)  # no machine path in the report
+        command = f"pseudosl fidelity --hf-model {shown} --length 10 --n-examples {n_lm} --n-mc {n_mc} --out {out}"
         gen = torch.Generator(device).manual_seed(0)
         result = run_fidelity(hf_inputs(lm, 10, n_lm, device, generator=gen), out, n_mc=n_mc, generator=gen)
+        result["report"] = result["report"].replace(lm, shown)
         figures.mkdir(parents=True, exist_ok=True)
         png = f"fidelity-{mode}-detox-lm.png"
         shutil.copyfile(out / "fidelity_positions.png", figures / png)
@@ -204,6 +206,13 @@ def reproduce_section(mode: str, runs: Path, figures: Path, results: dict) -> st
     if not blocks:
         return f"No model to measure: run `pseudosl reproduce --{mode} --only sudoku detox fidelity`."
     return "\n".join(blocks)
+
+
+def _portable(path: str) -> str:
+    """``path`` with the cache folder written as the shell expression that finds it on any machine."""
+    from ..cache import cache_dir
+    root = str(cache_dir())
+    return path.replace(root, "${PSEUDOSL_CACHE:-~/.cache/pseudosl}", 1) if path.startswith(root) else path
 
 
 def _detox_language_model(results: dict) -> str | None:
