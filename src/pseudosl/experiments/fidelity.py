@@ -196,8 +196,9 @@ def reproduce_section(mode: str, runs: Path, figures: Path, results: dict) -> st
         shown = _portable(lm)  # no machine path in the report
         command = f"pseudosl fidelity --hf-model {shown} --length 10 --n-examples {n_lm} --n-mc {n_mc} --out {out}"
         gen = torch.Generator(device).manual_seed(0)
-        result = run_fidelity(hf_inputs(lm, 10, n_lm, device, generator=gen), out, n_mc=n_mc, generator=gen)
-        result["report"] = result["report"].replace(lm, shown)
+        run = hf_inputs(lm, 10, n_lm, device, generator=gen)
+        run.source = run.source.replace(lm, "the detox quick preset's language model")  # no machine path in the report
+        result = run_fidelity(run, out, n_mc=n_mc, generator=gen)
         figures.mkdir(parents=True, exist_ok=True)
         png = f"fidelity-{mode}-detox-lm.png"
         shutil.copyfile(out / "fidelity_positions.png", figures / png)
