@@ -257,8 +257,9 @@ class DetoxExperiment(Experiment[DetoxConfig]):
             super().run_action(action, cfg)
 
     def report(self, result: dict, out: Path) -> None:
+        from ..harness import model_label
         from .report import write_report
-        write_report(result, out, self.labels)
+        write_report(result, out, {name: model_label(self, name) for name in result["summary"]})
 
     def plot_examples(self, test: EvalSet, predictions: dict[str, Any], path: Path) -> None:
         from .report import plot_examples
