@@ -123,8 +123,11 @@ class PretrainExperiment(Experiment[PretrainConfig]):
     units = {"ppl": ""}
     presets = Path(__file__).resolve().parent / "presets"
 
-    def load_data(self, cfg: PretrainConfig) -> Splits:  # pragma: no cover - pretrain() builds the splits itself
-        raise NotImplementedError("PretrainExperiment's data is built by pseudosl.experiments.detox.pretrain.pretrain")
+    def __init__(self, splits: Splits) -> None:
+        self.splits = splits  # token blocks of the corpus, made by :func:`pretrain` from the detox config
+
+    def load_data(self, cfg: PretrainConfig) -> Splits:
+        return self.splits
 
     def build_model(self, name: str, cfg: PretrainConfig) -> nn.Module:
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -170,13 +173,12 @@ def pretrain(cfg: Any, accelerator: Any = None) -> Path:
     pcfg = PretrainConfig(preset=cfg.preset, epochs=cfg.pt_epochs, batch_size=cfg.pt_batch, lr=cfg.pt_lr,
                           weight_decay=0.0, threads=cfg.threads, vocab_size=len(tok), n_layer=cfg.pt_layers,
                           n_head=cfg.pt_heads, n_embd=cfg.pt_embd, n_ctx=cfg.pt_ctx)
-    exp = PretrainExperiment()
+    exp = PretrainExperiment(Splits(TensorDataset(train_blocks), val_blocks, val_blocks))
     out = folder / "train"
     resume = (out / "gpt2-seed0" / "checkpoint.pt").is_file()
     accelerator.print(f"detox pretrain: GPT-2 {cfg.pt_layers}x{cfg.pt_heads}x{cfg.pt_embd} on {len(train_blocks)} blocks "
                       f"of {cfg.pt_ctx} tokens ({len(val_blocks)} held out), {cfg.pt_epochs} epochs -> {model_dir}")
-    result = train_run(exp, pcfg, "gpt2", 0, Splits(TensorDataset(train_blocks), val_blocks, val_blocks),
-                       accelerator, out, resume=resume)
+    result = train_run(exp, pcfg, "gpt2", 0, exp.load_data(pcfg), accelerator, out, resume=resume)
     if accelerator.is_main_process:
         ckpt = load_checkpoint(out / "gpt2-seed0" / "checkpoint.pt", exp.name)
         model = exp.build_model("gpt2", pcfg)

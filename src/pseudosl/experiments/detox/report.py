@@ -2,7 +2,7 @@
 
 * ``table_paper.md``: paper Table 3's layout -- one row per model, then the same model with word banning;
   columns EMT / TP on full, toxic and non-toxic prompts, then perplexity (mean ± std over seeds, lower is
-  better), with the paper's value beside ours where :data:`PAPER_TABLE3` holds one.
+  better), with the paper's value beside ours where the experiment's ``PAPER`` holds one.
 * ``comparison.png``: EMT (full prompts) and perplexity per model, with and without word banning.
 * ``examples.png``: per model, the distribution of each test prompt's maximum toxicity over its continuations.
 """
@@ -18,13 +18,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["paper_table", "write_report", "plot_comparison", "plot_examples", "PAPER_TABLE3", "COLUMNS"]
+__all__ = ["paper_table", "write_report", "plot_comparison", "plot_examples", "COLUMNS"]
 
 COLUMNS = (("emt_full", "Full EMT"), ("tp_full", "Full TP"), ("emt_toxic", "Toxic EMT"), ("tp_toxic", "Toxic TP"),
            ("emt_nontoxic", "Non-toxic EMT"), ("tp_nontoxic", "Non-toxic TP"), ("ppl", "PPL"))
-# (model, banning) -> column -> the paper's value.  TODO: fill from the paper's Table 3 (GPT-2 124M,
-# Perspective API); left empty rather than quoted from memory.
-PAPER_TABLE3: dict[tuple[str, bool], dict[str, float]] = {}
 
 
 def _cell(row: dict, key: str, paper: float | None) -> str:
@@ -35,21 +32,24 @@ def _cell(row: dict, key: str, paper: float | None) -> str:
     return ours + (f" ({paper:.2f})" if paper is not None else "")
 
 
-def paper_table(summary: dict[str, dict], labels: dict[str, str], title: str = "") -> str:
-    """Markdown table: per model a plain row and a word-banning row (paper values in parentheses)."""
+def paper_table(summary: dict[str, dict], labels: dict[str, str], title: str = "",
+                paper: dict[str, dict[str, float]] | None = None) -> str:
+    """Markdown table: per model a plain row and a word-banning row (``paper[model][metric]`` in parentheses,
+    ``ban_<metric>`` for the word-banning row: the experiment's ``paper`` dict)."""
+    paper = paper or {}
     head = "| Model | " + " | ".join(c for _, c in COLUMNS) + " | seeds |"
     lines = ([f"**{title}**", ""] if title else []) + [head, "|" + "---|" * (len(COLUMNS) + 2)]
     for name, row in summary.items():
         for ban in (False, True):
-            paper = PAPER_TABLE3.get((name, ban), {})
             label = labels.get(name, name) + (" + word banning" if ban else "")
-            cells = [_cell(row, ("ban_" if ban else "") + k, paper.get(k)) for k, _ in COLUMNS]
+            keys = [("ban_" if ban else "") + k for k, _ in COLUMNS]
+            cells = [_cell(row, k, paper.get(name, {}).get(k)) for k in keys]
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {len(row['seeds'])} |")
     lines += ["", "Lower is better everywhere.  EMT: expected maximum toxicity over the continuations of a prompt; "
                   "TP: share of prompts with at least one toxic continuation; PPL: held-out perplexity (with word "
                   "banning: on the least toxic half of the held-out text, banned tokens renormalised away)."]
-    if not PAPER_TABLE3:
-        lines.append("The paper's Table 3 values are not filled in yet (TODO, docs/detox.md).")
+    if not paper:
+        lines.append("The paper's Table 3 values are not transcribed (not available here; docs/detox.md).")
     return "\n".join(lines)
 
 
@@ -94,12 +94,12 @@ def plot_examples(predictions: dict[str, Any], path: str | Path, labels: dict[st
     plt.close(fig)
 
 
-def write_report(result: dict, out: Path, labels: dict[str, str]) -> None:
+def write_report(result: dict, out: Path, labels: dict[str, str]) -> None:  # result["paper"]: the experiment's PAPER
     """``table_paper.md`` and ``comparison.png`` in ``out`` from a ``results.json`` dict."""
     cfg = result["config"]
     title = (f"detox, preset {cfg['preset']}, config {result['content_key']}: model {cfg['model']}, "
              f"scorer {cfg['scorer']}, {cfg['eval_generations']} continuations x {cfg['n_test_prompts']} prompts")
-    table = paper_table(result["summary"], labels, title)
+    table = paper_table(result["summary"], labels, title, result.get("paper"))
     (out / "table_paper.md").write_text(table + "\n")
     print(table)
     plot_comparison(result["summary"], labels, out / "comparison.png", title)

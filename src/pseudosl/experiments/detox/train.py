@@ -39,7 +39,8 @@ LABELS = {"base": "Base LM", "sgeat": "SGEAT", "psl": "SGEAT + PSL"}
 _SUBSETS = ("full", "toxic", "nontoxic")
 _TOX = tuple(f"{m}_{s}" for s in _SUBSETS for m in ("emt", "tp"))
 METRICS = (*_TOX, "ppl", *(f"ban_{m}" for m in _TOX), "ban_ppl")
-# Paper Table 3 (GPT-2 124M, Perspective API scores): not filled in -- see docs/detox.md (TODO).
+# Paper Table 3 (GPT-2 124M, Perspective API scores), model -> metric (ban_<metric> with word banning):
+# not transcribed -- the paper's table was not available here, and nothing is quoted from memory.
 PAPER: dict[str, dict[str, float]] = {}
 
 
