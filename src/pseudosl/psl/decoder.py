@@ -27,6 +27,7 @@ a stochastic estimate, not the exact conditionals of any one dropout mask).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 from typing import Iterator, Literal
 
@@ -366,7 +367,7 @@ class _Rows:
         self.b, self.i, self.j, self.n = b, i, j, n
         self.i_host = i_host
         self.T = n - 1 - i_host[0] if i_host else 0
-        self.active = [sum(1 for v in i_host if v < n - 1 - s) for s in range(self.T)] if i_host else []
+        self.active = [bisect.bisect_left(i_host, n - 1 - s) for s in range(self.T)]  # i_host is sorted
 
     def chunks(self, size: int | None) -> Iterator["_Rows"]:
         """Consecutive row ranges of about ``size`` rows (whole start positions where possible)."""
