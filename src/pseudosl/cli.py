@@ -176,7 +176,7 @@ def _add_fidelity(sub: argparse._SubParsersAction) -> None:
 def _fidelity(args: argparse.Namespace) -> None:
     import torch
 
-    from .experiments.fidelity import checkpoint_inputs, format_report, hf_inputs, run_fidelity
+    from .experiments.fidelity import checkpoint_inputs, hf_inputs, run_fidelity
     if args.n_examples < 1:
         raise ValueError(f"--n-examples must be >= 1, got {args.n_examples}")
     if args.checkpoint is not None and (args.length is not None or args.text is not None):
