@@ -4,11 +4,12 @@
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import oracle
 from psl_models import circuit_from_truth
 from pseudosl.psl import (CausalLMEngine, RecurrentDecoder, ValueMap, local_conditionals, pseudo_semantic_loss,
-                          sample_autoregressive)
+                          sample_autoregressive, sample_from_logits)
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 
@@ -96,6 +97,97 @@ def test_decoder_interface_shapes_and_sampling():
     assert (sample_autoregressive(step_fn, 6, batch_size=3, top_p=0.5) == 2).all()
     with pytest.raises(ValueError, match="context"):
         RecurrentDecoder(3, 4, 5, context_dim=2).sample(batch_size=1)
+
+
+
+def test_sample_from_logits_is_multinomial_without_host_reads():
+    torch.manual_seed(0)
+    logits = torch.randn(4000, 5) * 2
+    logits[:, 4] = float("-inf")  # probability 0: never drawn
+    draw = sample_from_logits(logits, generator=torch.Generator().manual_seed(1))
+    ref = torch.multinomial(logits.softmax(-1), 1, generator=torch.Generator().manual_seed(1)).squeeze(-1)
+    assert torch.equal(draw, ref)  # the same random numbers, the same values
+    one = torch.tensor([[0.0, 1.0, 2.0, float("-inf")]])
+    freq = torch.bincount(sample_from_logits(one.expand(40000, 4), generator=torch.Generator().manual_seed(2)),
+                          minlength=4) / 40000
+    p = one[0].softmax(-1)
+    assert freq[3] == 0 and ((freq - p).abs() < 4 * (p * (1 - p) / 40000).sqrt() + 1e-9).all()
+    with pytest.raises(ValueError, match="all -inf"):
+        sample_from_logits(torch.full((2, 3), float("-inf")))
+
+
+class _HostTraffic(TorchDispatchMode):
+    """Records the ops that would make a GPU wait: reading values on the host (``multinomial`` checks its
+    probabilities on the host inside its kernel, below this mode, so it is named here), and ops that take a
+    host tensor together with device tensors (an implicit host-to-device copy, synchronous from pageable memory)."""
+    READS = ("_local_scalar_dense", "nonzero", "equal", "is_nonzero", "item", "multinomial")
+
+    def __init__(self, device: str):
+        super().__init__()
+        self.device, self.seen = device, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        out = func(*args, **(kwargs or {}))
+        outs = [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+        copy = func.__name__.startswith(("_to_copy", "copy_"))  # an explicit copy, 0-dim tensors too
+        host = any(t.device.type == "cpu" and (t.dim() > 0 or copy) for t in tensors)
+        if func.__name__.split(".")[0] in self.READS or (
+                host and any(t.device.type == self.device for t in tensors + outs) and self.device != "cpu"):
+            self.seen.append(func.__name__)
+        return out
+
+
+def test_sampling_and_the_loss_never_wait_for_the_device(monkeypatch):
+    """A Sudoku-sized RNN + PSL step (sample, loss, backward) on the ``meta`` device, which has no data: any
+    read of a value raises, and any host tensor sent to the device is recorded.  Then on CPU with the value
+    checks off (as on a GPU): conditioning on the givens reads the positions mask, once."""
+    from pseudosl.experiments.sudoku.constraint import givens_mask, sudoku_circuit
+    from pseudosl.experiments.sudoku.data import generate
+    from pseudosl.experiments.sudoku.models import SudokuRNN
+    torch.set_default_dtype(torch.float32)
+    model, circuit = SudokuRNN(hidden=8, layers=2).train(), sudoku_circuit()
+    puzzles = generate(2, seed=0).puzzles
+    for fused in (True, False):
+        m, c, p = model.to("meta"), circuit.to("meta"), puzzles.to("meta")
+        with _HostTraffic("meta") as traffic:
+            y = m.generate(p, greedy=False) - 1
+            ctx, steps = m.conditioning(p)
+            loss = pseudo_semantic_loss(m.decoder.engine(ctx, steps, fused=fused), c, y, allowed=givens_mask(p))
+            loss.backward()
+        assert loss.device.type == "meta" and traffic.seen == []
+    import pseudosl._validation
+    monkeypatch.setattr(pseudosl._validation, "reads_values", lambda x: False)
+    dec = _decoder("lstm").float().train()
+    ctx, steps = torch.randn(3, 4), torch.randn(3, 5, 2)
+    allowed = torch.ones(3, 5, 3, dtype=torch.bool)
+    allowed[:, 1] = torch.tensor([False, True, False])
+    circuit = circuit_from_truth(np.random.default_rng(0).random(3 ** 5) < 0.5, 5, 3)
+    for fused in (True, False):
+        with _HostTraffic("cpu") as traffic:
+            y = dec.sample(ctx, steps)
+            pseudo_semantic_loss(dec.engine(ctx, steps, fused=fused), circuit, y, allowed=allowed,
+                                 condition=True).backward()
+        assert traffic.seen == ["nonzero.default"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_sampling_and_engine_do_not_synchronise_on_cuda():
+    torch.set_default_dtype(torch.float32)
+    dec = _decoder("rnn").cuda().train()
+    ctx, steps = torch.randn(3, 4, device="cuda"), torch.randn(3, 5, 2, device="cuda")
+    circuit = circuit_from_truth(np.random.default_rng(0).random(3 ** 5) < 0.5, 5, 3).cuda()
+
+    def step():
+        y = dec.sample(ctx, steps)
+        pseudo_semantic_loss(dec.engine(ctx, steps), circuit, y).backward()
+    step()  # warm-up: lazy initialisation (cuDNN, cuBLAS handles) may synchronise once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
 
 
 # -- GPT-2 -------------------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from . import _validation
+from ._validation import require
 from .logic.dag import Dag, LayerPlan
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -229,7 +231,7 @@ class Circuit(nn.Module):
     def validates(self, x: Tensor) -> bool:
         """Whether the value checks on ``x`` run (see :attr:`validate_inputs`)."""
         if self.validate_inputs is None:
-            return x.device.type == "cpu" and not torch.compiler.is_compiling()
+            return _validation.reads_values(x)
         return self.validate_inputs
 
     def categorical_input(self, x: Tensor) -> Tensor:
@@ -249,7 +251,7 @@ class Circuit(nn.Module):
         check = self.validates(x)
         if x.dim() == 2 and k == 2 and x.shape[1] == n:
             if check:
-                _require(~(x > 0).any(), "Boolean input (B, n) holds log P(X = true) and must be <= 0; "
+                require(~(x > 0).any(), "Boolean input (B, n) holds log P(X = true) and must be <= 0; "
                                          "pass log-probabilities (e.g. F.logsigmoid(logits)), not logits")
             x = torch.stack([_log1mexp(x), x], dim=-1)
         elif x.dim() != 3 or x.shape[1:] != (n, k):
@@ -257,9 +259,9 @@ class Circuit(nn.Module):
             raise ValueError(f"x must have shape (B, {n}, {k}) ({n} positions with {k} values each){boolean}; "
                              f"got {tuple(x.shape)}")
         if check:
-            _require(~torch.isnan(x).any(),
+            require(~torch.isnan(x).any(),
                      "x contains NaN; the circuit needs log-probabilities (use -inf for probability 0)")
-            _require(~torch.isposinf(x).any(), "x contains +inf; log-probabilities are at most 0")
+            require(~torch.isposinf(x).any(), "x contains +inf; log-probabilities are at most 0")
         return x
 
     def forward(self, x: Tensor) -> Tensor:
@@ -340,14 +342,6 @@ def _own_code(method: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
     def call(x: Tensor) -> Tensor:
         return method(x)
     return types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__, None, call.__closure__)
-
-
-def _require(ok: Tensor, message: str) -> None:
-    """Raise ``ValueError(message)`` unless the bool tensor ``ok`` holds; a device-side assert when traced."""
-    if torch.compiler.is_compiling():
-        torch._assert_async(ok, message)
-    elif not bool(ok):
-        raise ValueError(message)
 
 
 def _safe_logsumexp(x: Tensor, dim: int) -> Tensor:

@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .circuit import Circuit, _log1mexp, _require
+from ._validation import require
+from .circuit import Circuit, _log1mexp
 
 __all__ = ["constraint_log_prob", "product_log_prob", "semantic_loss", "constraint_entropy", "log_probs_from_logits",
            "reduce_loss"]
@@ -50,7 +51,7 @@ def log_probs_from_logits(circuit: Circuit, logits: Tensor) -> Tensor:
     _check_tensor("logits", logits)
     check = circuit.validates(logits)
     if check:
-        _require(~torch.isnan(logits).any(), "logits contain NaN")
+        require(~torch.isnan(logits).any(), "logits contain NaN")
     if logits.dim() == 2 and circuit.n_values == 2:
         return torch.stack([F.logsigmoid(-logits), F.logsigmoid(logits)], dim=-1)
     if logits.dim() == 3:
@@ -66,7 +67,7 @@ def _log_softmax_with_infinities(logits: Tensor, check: bool) -> Tensor:
     positions raise; otherwise the one formula below runs for every input, with no data-dependent branch.
     """
     if check and torch.compiler.is_compiling():
-        _require(~torch.isneginf(logits).all(-1).any(), "logits: a position has all -inf logits (no possible value)")
+        require(~torch.isneginf(logits).all(-1).any(), "logits: a position has all -inf logits (no possible value)")
     elif check:
         if not torch.isinf(logits).any():
             return logits.log_softmax(-1)

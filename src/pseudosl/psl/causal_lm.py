@@ -66,15 +66,23 @@ class ValueMap:
         self.other = len(toks)
         self.lookup = torch.full((vocab_size,), self.other, dtype=torch.long)
         self.lookup[self.tokens] = torch.arange(len(toks))
+        self._copies: dict[torch.device, tuple[Tensor, Tensor]] = {}
+
+    def on(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        """``(tokens, lookup)`` on ``device``, copied there once (a copy per call would wait for a GPU each time)."""
+        if device not in self._copies:
+            self._copies[device] = (self.tokens.to(device), self.lookup.to(device))
+        return self._copies[device]
 
     def to_values(self, token_ids: Tensor) -> Tensor:
         """Circuit values of token ids (any shape)."""
-        return self.lookup.to(token_ids.device)[token_ids]
+        return self.on(token_ids.device)[1][token_ids]
 
     def fold(self, log_scores: Tensor) -> Tensor:
         """``(..., V)`` log-scores over tokens -> ``(..., D + 1)``: distinguished tokens, then log-sum-exp of the rest."""
-        dist = log_scores[..., self.tokens.to(log_scores.device)]
-        rest = log_scores.masked_fill(self.lookup.to(log_scores.device) != self.other, float("-inf"))
+        tokens, lookup = self.on(log_scores.device)
+        dist = log_scores[..., tokens]
+        rest = log_scores.masked_fill(lookup != self.other, float("-inf"))
         return torch.cat([dist, rest.logsumexp(-1, keepdim=True)], dim=-1)
 
     def __repr__(self) -> str:
@@ -253,10 +261,11 @@ class CausalLMEngine:
             cand = torch.arange(V, device=sample.device).expand(b, n, V)
             return cand, torch.ones_like(cand, dtype=torch.bool), base.new_full((b, n), float("-inf"))
         vm = self.value_map
-        dist = vm.tokens.to(sample.device).expand(b, n, -1)
+        tokens = vm.on(sample.device)[0]
+        dist = tokens.expand(b, n, -1)
         is_dist = vm.to_values(sample) != vm.other  # (B, n)
         taken = torch.zeros(b, n, V, dtype=torch.bool, device=sample.device)
-        taken[..., vm.tokens.to(sample.device)] = True
+        taken[..., tokens] = True
         taken.scatter_(-1, sample[..., None], True)
         others = base.detach().masked_fill(taken, float("-inf")).topk(self.top_k + 1, -1)  # (B, n, top_k + 1)
         top, rep = others.indices[..., :-1], others.indices[..., -1:]

@@ -97,7 +97,7 @@ class RecurrentDecoder(nn.Module):
     def inputs(self, y: Tensor, step_inputs: Tensor | None = None) -> Tensor:
         """Teacher-forced inputs ``(B, n, k + step_dim)``: previous value one-hot (zeros at t = 0) and step inputs."""
         b, n = y.shape
-        prev = F.one_hot(y[:, :-1], self.n_values).to(self.head.weight.dtype)
+        prev = _one_hot(y[:, :-1], self.n_values, self.head.weight.dtype)
         prev = torch.cat([prev.new_zeros(b, 1, self.n_values), prev], dim=1)
         return self._with_steps(prev, step_inputs, 0)
 
@@ -152,7 +152,7 @@ class RecurrentDecoder(nn.Module):
             if fixed is not None:
                 y_t = torch.where(fixed[:, t] >= 0, fixed[:, t], y_t)
             out.append(y_t)
-            prev = F.one_hot(y_t, self.n_values).to(prev.dtype)[:, None]
+            prev = _one_hot(y_t, self.n_values, prev.dtype)[:, None]
         return torch.stack(out, dim=1)
 
     def engine(self, context: Tensor | None = None, step_inputs: Tensor | None = None, *,
@@ -219,7 +219,8 @@ class RecurrentEngine:
 
     ``suffix_dtype=torch.bfloat16`` (or ``float16``) runs the suffix recurrence under autocast (the sample
     pass, the head, the log-softmax and the sums stay in float32): about half the time on a GPU, at an
-    error measured in docs/psl.md (Sudoku RNN: see there); ``None`` = the module's dtype.  On CUDA,
+    error measured in docs/psl.md (Sudoku RNN: see there); ``None`` = the module's dtype, or the caller's
+    autocast where one is active; ``torch.float32`` = float32 even inside the caller's autocast.  On CUDA,
     float32 matmuls and cuDNN RNNs follow ``torch.backends.{cuda.matmul,cudnn}.allow_tf32``.
     """
 
@@ -234,8 +235,11 @@ class RecurrentEngine:
         self.suffix_dtype = suffix_dtype
 
     def _low_precision(self, device: torch.device):
-        """Autocast for the suffix recurrence only (head, log-softmax and sums stay in float32)."""
-        on = self.suffix_dtype not in (None, torch.float32)
+        """Autocast for the suffix recurrence only (head, log-softmax and sums stay in float32); ``None``
+        leaves the caller's autocast state as it is, ``torch.float32`` switches autocast off."""
+        if self.suffix_dtype is None:
+            return contextlib.nullcontext()
+        on = self.suffix_dtype != torch.float32
         return torch.autocast(device.type, dtype=self.suffix_dtype if on else torch.bfloat16, enabled=on)
 
     def _expand(self, t: Tensor | None, n_rows: int) -> Tensor | None:
@@ -380,17 +384,28 @@ class _Rows:
             yield _Rows(self.b[a:z], self.i[a:z], self.j[a:z], self.i_host[a:z], self.n)
 
 
+def _one_hot(y: Tensor, k: int, dtype: torch.dtype) -> Tensor:
+    """``F.one_hot(y, k).to(dtype)`` without its host synchronisation on CPU (it reads ``y.min()`` there);
+    an out-of-range value fails in ``scatter_`` (an index error on CPU, a device-side assert on CUDA)."""
+    return torch.zeros(*y.shape, k, dtype=dtype, device=y.device).scatter_(-1, y.unsqueeze(-1), 1)
+
+
 def _suffix_rows(pos: Tensor | None, b: int, n: int, k: int, device: torch.device) -> _Rows:
-    """All suffix rows, position-major: for ``i`` in ``0 .. n-2``, every example ``b`` (where ``pos[b, i]``), every candidate."""
+    """All suffix rows, position-major: for ``i`` in ``0 .. n-2``, every example ``b`` (where ``pos[b, i]``), every candidate.
+
+    The index tensors are built on ``device`` (a copy from the host would wait for the device); the start
+    positions are also kept on the host, read once from ``pos`` when it is given (its one synchronisation).
+    """
     if pos is None:
-        i = torch.arange(n - 1).repeat_interleave(b * k)
-        bb = torch.arange(b).repeat_interleave(k).repeat(n - 1)
+        i = torch.arange(n - 1, device=device).repeat_interleave(b * k)
+        bb = torch.arange(b, device=device).repeat_interleave(k).repeat(n - 1)
+        i_host = [s for s in range(n - 1) for _ in range(b * k)]
     else:
-        bi = pos[:, :n - 1].t().nonzero().cpu()  # (M, 2) = (i, b), sorted by i; one host synchronisation
+        bi = pos[:, :n - 1].t().nonzero()  # (M, 2) = (i, b), sorted by i
         i, bb = bi[:, 0].repeat_interleave(k), bi[:, 1].repeat_interleave(k)
-    j = torch.arange(k).repeat(len(i) // k if k else 0)
-    i_host = i.tolist()
-    return _Rows(bb.to(device), i.to(device), j.to(device), i_host, n)
+        i_host = bi[:, 0].cpu().repeat_interleave(k).tolist()
+    j = torch.arange(k, device=device).repeat(len(i_host) // k if k else 0)
+    return _Rows(bb, i, j, i_host, n)
 
 
 def _stack_states(states: list[State], lstm: bool) -> list[Tensor]:

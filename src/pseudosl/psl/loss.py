@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _validation
 from ..circuit import Circuit
 from ..losses import Reduction, constraint_log_prob, product_log_prob, reduce_loss
 from .neighbours import check_sample, local_conditionals
@@ -95,7 +96,8 @@ def _check_against_circuit(model: Any, circuit: Circuit, sample: Tensor) -> Tens
     if k is not None and k != circuit.n_values:
         raise ValueError(f"the model has {k} values per position but the circuit has {circuit.n_values}; "
                          f"compile the constraint over the model's values (or fold them with a ValueMap)")
-    if not hasattr(model, "circuit_values") and sample.numel() and sample.max() >= circuit.n_values:
+    if (not hasattr(model, "circuit_values") and sample.numel() and _validation.reads_values(sample)
+            and sample.max() >= circuit.n_values):
         raise ValueError(f"sample values must lie in 0..{circuit.n_values - 1} (the circuit's values); "
                          f"got a {int(sample.max())}")
     return sample

@@ -24,6 +24,8 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from .. import _validation
+
 __all__ = ["local_conditionals", "neighbours", "check_sample", "LogJoint"]
 
 LogJoint = Callable[[Tensor], Tensor]
@@ -38,7 +40,8 @@ def check_sample(sample: Tensor, n_values: int | None = None, name: str = "sampl
     if sample.dim() != 2:
         raise ValueError(f"{name} must have shape (B, n); got {tuple(sample.shape)} "
                          "(use sample[None] for a single sequence)")
-    if sample.numel() and (sample.min() < 0 or (n_values is not None and sample.max() >= n_values)):
+    if sample.numel() and _validation.reads_values(sample) and (
+            sample.min() < 0 or (n_values is not None and sample.max() >= n_values)):
         allowed = f"lie in 0..{n_values - 1}" if n_values is not None else "be >= 0"
         raise ValueError(f"{name} values must {allowed}; got range {int(sample.min())}..{int(sample.max())}")
     return sample.detach()

@@ -16,6 +16,8 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from .. import _validation
+
 __all__ = ["sample_autoregressive", "sample_from_logits"]
 
 
@@ -25,6 +27,12 @@ def sample_from_logits(logits: Tensor, *, temperature: float = 1.0, top_p: float
 
     ``temperature`` divides the logits; ``top_p`` keeps the smallest set of most likely values whose
     mass reaches ``top_p`` (nucleus sampling); ``greedy`` takes the argmax.
+
+    The draw is ``argmax(p / E)`` with ``E ~ Exponential(1)`` per value (an exponential race): the same
+    random numbers and the same values as ``torch.multinomial(p, 1)``, whose one-sample path computes
+    exactly this, but without its two host synchronisations per call (it checks ``p`` on the host),
+    so an autoregressive sampling loop on a GPU never waits for the device.  The check that a row has
+    a possible value (no NaN, not all ``-inf``) runs on CPU tensors only (:mod:`pseudosl._validation`).
     """
     if greedy:
         return logits.argmax(-1)
@@ -40,7 +48,10 @@ def sample_from_logits(logits: Tensor, *, temperature: float = 1.0, top_p: float
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     probs = logits.softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    if _validation.reads_values(probs):
+        _validation.require(~torch.isnan(probs).any(), "logits: a row is NaN or all -inf (no value can be drawn)")
+    race = torch.empty_like(probs).exponential_(1, generator=generator)
+    return (probs / race).argmax(-1)
 
 
 def sample_autoregressive(model: Callable[[Tensor], Tensor] | Any, length: int | None = None, *,

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The GPU checks (issues 7 and 11) on one machine with a CUDA GPU, in as few calls as they need.
+#
+# Stages (docs/gpu.md has the plan and the time each takes):
+#   bash scripts/gpu.sh prepare        # on the development machine, no GPU: fetch the cp312 wheels the GPU
+#                                      # machine lacks (PySDD, klaycircuits) and copy ../shared/bench/circuits,
+#                                      # all into .carry/ (ignored by git; carry it to the GPU machine)
+#   bash scripts/gpu.sh checks         # the CUDA tests, then benchmarks/psl.py (Sudoku step, batch 64) and
+#                                      # benchmarks/circuits.py --compile at batch 128 and 4096
+#   bash scripts/gpu.sh table1         # start Sudoku Table 1 (paper preset, 15 runs) in the background,
+#                                      # resuming its checkpoints if there are any; returns at once
+#   bash scripts/gpu.sh wait [SECONDS] # follow Table 1 until it ends or SECONDS pass (default 540), then
+#                                      # copy its table, results and curves to the log folder
+# Several stages run in order: `bash scripts/gpu.sh checks table1 wait 300`.
+#
+# Logs and results go to $OUT (the device tool's folder), else to gpu-logs/.  The machine needs Python
+# with the CUDA build of torch, transformers and accelerate; pseudosl runs from src/ (no install).
+# PSEUDOSL_GPU_DRY=1 is a dry run of the plumbing on any machine: the CPU, tiny benchmarks, the quick preset.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+logs=${OUT:-$root/gpu-logs}
+mkdir -p "$logs"
+carry=$root/.carry
+if [ "${PSEUDOSL_GPU_DRY:-0}" = 1 ]; then
+    device=cpu preset=quick psl_args=(--quick --sudoku-batch 2) circuit_args=(--reps 3 --only sudoku_4) batches=(16)
+else
+    device=cuda preset=paper psl_args=() circuit_args=() batches=(128 4096)
+fi
+table_out=$root/runs/gpu-table1-$preset
+py=${PYTHON:-python3}
+
+setup() {  # the carried wheels into /tmp/pseudosl-site (not in a dry run), and src/ on the path
+    if [ "$device" = cuda ] && compgen -G "$carry/wheels/*.whl" >/dev/null; then
+        "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/pseudosl-site \
+            "$carry"/wheels/*.whl
+        export PYTHONPATH=/tmp/pseudosl-site:$root/src${PYTHONPATH:+:$PYTHONPATH}
+    else
+        export PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH}
+    fi
+    export PYTHONUNBUFFERED=1 PSEUDOSL_CACHE=${PSEUDOSL_CACHE:-$root/.cache}
+}
+
+prepare() {
+    mkdir -p "$carry/wheels" "$carry/circuits"
+    "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d "$carry/wheels" pysdd==1.0.6 klaycircuits==0.1.2
+    cp "$root"/../shared/bench/circuits/*.{sdd,vtree,cnf} "$carry/circuits/" 2>/dev/null || \
+        echo "no ../shared/bench/circuits: the circuit benchmark will run on the experiments' circuits only"
+    du -sh "$carry"
+}
+
+checks() {
+    setup
+    { nvidia-smi || true; "$py" -c "import sys, torch; print(sys.version); print('torch', torch.__version__, 'cuda',
+        torch.version.cuda, 'cudnn', torch.backends.cudnn.version(),
+        torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')"; } 2>&1 | tee "$logs/tests.log"
+    echo "== CUDA tests =="
+    "$py" -m pytest -q -p no:cacheprovider -o addopts="-ra" tests/test_psl_engines.py tests/test_circuit_compile.py \
+        2>&1 | tee -a "$logs/tests.log" || true
+    echo "== benchmarks/psl.py: the Sudoku RNN + PSL training step =="
+    "$py" benchmarks/psl.py --device "$device" --case sudoku "${psl_args[@]}" 2>&1 | tee "$logs/bench_psl.log" || true
+    local circuits=()
+    [ -d "$carry/circuits" ] && circuits=(--circuits "$carry/circuits")
+    for b in "${batches[@]}"; do
+        echo "== benchmarks/circuits.py --compile, batch $b =="
+        "$py" benchmarks/circuits.py --device "$device" --compile --batch "$b" "${circuits[@]}" "${circuit_args[@]}" 2>&1 \
+            | tee "$logs/bench_circuits_$b.log" || true
+    done
+}
+
+table1() {
+    setup
+    local resume=()
+    compgen -G "$table_out/*/checkpoint.pt" >/dev/null && resume=(--resume)
+    echo "== Table 1 ($preset preset) -> $table_out ${resume[*]} =="
+    date +%s >"$root/runs/gpu-table1.start" 2>/dev/null || { mkdir -p "$root/runs"; date +%s >"$root/runs/gpu-table1.start"; }
+    setsid nohup "$py" -m pseudosl.cli sudoku train --preset "$preset" --out "$table_out" "${resume[@]}" \
+        >"$root/runs/gpu-table1.log" 2>&1 </dev/null &
+    echo $! >"$root/runs/gpu-table1.pid"
+}
+
+wait_table1() {
+    local limit=${1:-540} pid
+    pid=$(cat "$root/runs/gpu-table1.pid")
+    local t0=$SECONDS
+    while kill -0 "$pid" 2>/dev/null && (( SECONDS - t0 < limit )); do sleep 10; done
+    local elapsed=$(( $(date +%s) - $(cat "$root/runs/gpu-table1.start") ))
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "Table 1 still running after ${elapsed}s; run 'wait' again"
+    else
+        echo "Table 1 finished after ${elapsed}s (wall, from its start)"
+    fi
+    tr '\r' '\n' <"$root/runs/gpu-table1.log" | grep -E '^\[.*\] (epoch [0-9]+:|resumed)' | tail -n 15 || true
+    cp "$root/runs/gpu-table1.log" "$logs/table1.log"
+    for f in table.txt results.json curves.png; do
+        [ -f "$table_out/$f" ] && cp "$table_out/$f" "$logs/table1_$f"
+    done
+    [ -f "$table_out/table.txt" ] && cat "$table_out/table.txt"
+    return 0
+}
+
+[ $# -gt 0 ] || { sed -n '2,21p' "$0"; exit 2; }
+while [ $# -gt 0 ]; do
+    case $1 in
+        prepare) prepare ;;
+        checks) checks ;;
+        table1) table1 ;;
+        wait) if [[ ${2:-} =~ ^[0-9]+$ ]]; then wait_table1 "$2"; shift; else wait_table1; fi ;;
+        *) echo "unknown stage '$1' (prepare, checks, table1, wait [SECONDS])" >&2; exit 2 ;;
+    esac
+    shift
+done
