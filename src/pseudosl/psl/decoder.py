@@ -11,7 +11,8 @@ and the prefix term ``log p(y_{<i})``, which cancels in the per-position normali
 
     log p(y_i = c | y_{-i}) = log_softmax_c [ log p(c | y_{<i}) + sum_{j > i} log p(y_j | y_{<i}, c, y_{i<.<j}) ].
 
-The sample is run once step by step (keeping every layer's state at every step), then all
+The sample is run once, keeping every layer's state at every step (RNN, GRU: one call per layer over
+the whole sequence; LSTM: step by step, as a fused call returns no per-step cell state), then all
 ``B * (n - 1) * K`` suffixes ``(c, y_{i+1}, ..., y_{n-2})`` run together, each row starting from its
 own ``h_i``, ordered by start position so that the batch shrinks as suffixes end (the recurrence is
 stepped with the module's own weights, ``torch.lstm_cell`` etc.; a ``PackedSequence`` does the same
@@ -283,20 +284,14 @@ class RecurrentEngine:
         k = cand.shape[-1]
         pos = _check_positions(positions, b, n, sample.device)
         with exact_mode(dec, self.dropout):
-            # 1. the sample, step by step, keeping every layer's state after every step
+            # 1. the sample, keeping every layer's state after every step
             x = dec.inputs(sample, self.step_inputs)  # (B, n, I)
-            state = dec.initial_state(self.context, b)
-            tops, states = [], []
-            for t in range(n):
-                o, state = dec.rnn(x[:, t:t + 1], state)
-                tops.append(o)
-                states.append(state)
-            base = dec.head(torch.cat(tops, 1)).log_softmax(-1)  # (B, n, k)
+            top, states = _sample_pass(dec, x, dec.initial_state(self.context, b))  # (B, n, H), [(n, L, B, H)]
+            base = dec.head(top).log_softmax(-1)  # (B, n, k)
             prior = base.gather(-1, cand)  # (B, n, K): log p(c | y_<i)
             # 2. the neighbour suffixes (c, y_{i+1}, ..., y_{n-2}) from the state after step i
             suffix = prior.new_zeros(b, n, k)
             if n > 1:
-                states = _stack_states(states, dec.cell == "lstm")
                 rows = _suffix_rows(pos, b, n, k, sample.device)
                 fused = self.fused if self.fused is not None else sample.device.type == "cuda"
                 run = self._suffix_fused if fused else self._suffix_stepwise
@@ -408,11 +403,32 @@ def _suffix_rows(pos: Tensor | None, b: int, n: int, k: int, device: torch.devic
     return _Rows(bb, i, j, i_host, n)
 
 
-def _stack_states(states: list[State], lstm: bool) -> list[Tensor]:
-    """Per-step states ``[(L, B, H)] * n`` (pairs for LSTM) -> ``[(n, L, B, H)]`` (``[h, c]`` for LSTM)."""
-    if lstm:
-        return [torch.stack([s[0] for s in states]), torch.stack([s[1] for s in states])]
-    return [torch.stack(states)]
+def _sample_pass(dec: RecurrentDecoder, x: Tensor, state: State) -> tuple[Tensor, list[Tensor]]:
+    """Run the sample's inputs ``x (B, n, I)`` from ``state``: the top layer's outputs ``(B, n, H)`` and every
+    layer's state after every step, ``[(n, L, B, H)]`` (``[h, c]`` for an LSTM).
+
+    RNN and GRU: one call per layer over the whole sequence (on a GPU, ``L`` cuDNN calls): a layer's outputs
+    are its states.  LSTM: step by step (``n`` calls of all layers), as no fused call returns the cell state of
+    every step.  Dropout between layers as in ``nn.RNN`` (only where the module is in training mode with dropout).
+    """
+    rnn = dec.rnn
+    if dec.cell == "lstm":
+        tops, states = [], []
+        for t in range(x.shape[1]):
+            o, state = rnn(x[:, t:t + 1], state)
+            tops.append(o)
+            states.append(state)
+        return torch.cat(tops, 1), [torch.stack([s[0] for s in states]), torch.stack([s[1] for s in states])]
+    call = torch.gru if dec.cell == "gru" else torch.rnn_tanh if rnn.nonlinearity == "tanh" else torch.rnn_relu
+    outs = []
+    for layer in range(rnn.num_layers):
+        if layer > 0 and rnn.dropout and rnn.training:
+            x = F.dropout(x, rnn.dropout, training=True)
+        w = [getattr(rnn, f"{name}_l{layer}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        # (input, h0, weights, has_biases, num_layers, dropout, train, bidirectional, batch_first), as nn.RNN calls it
+        x, _ = call(x, state[layer:layer + 1], w, True, 1, 0.0, rnn.training, False, True)
+        outs.append(x)  # (B, n, H): the layer's state after every step
+    return x, [torch.stack(outs).permute(2, 0, 1, 3)]  # (n, L, B, H)
 
 
 def _check_positions(positions: Tensor | None, b: int, n: int, device: torch.device) -> Tensor | None:
