@@ -14,8 +14,10 @@ One loss-and-backward step per engine, warm median over ``--reps`` runs after on
     through the full model with full-vocab logits; engine = :class:`CausalLMEngine` (KV-cache reuse),
     also with ``recompute=True`` (one checkpointed chunk per position).
 (c) the Sudoku RNN + PSL training step (see :func:`bench_sudoku_step`): the engine step by step, fused,
-    with the givens conditioned on (blank cells only), optionally the naive expansion, and the floor of
-    one fused multi-layer RNN call over all suffixes (the target on one H100: <= 60 ms per step at B = 64).
+    with the givens conditioned on (blank cells only), optionally the naive expansion, the whole training
+    step of the experiment (:func:`bench_training_step`; the target on one H100: <= 60 ms per step at
+    B = 64), and the floor of one fused multi-layer RNN call over all suffixes; then the error of the
+    low-precision modes against strict float32 (:func:`conditional_errors`).
 
 Work counted first: neighbour token-steps, naive ``B K n (P + n)`` vs engine ``B K n (n - 1) / 2``
 (+ the one pass over the sample).  Memory: on CUDA ``torch.cuda.max_memory_allocated``; on CPU the
@@ -206,6 +208,7 @@ def bench_sudoku_step(device: torch.device, reps: int, batch: int, naive: bool) 
             pseudo_semantic_loss(lambda s: eng(s), circuit, y, allowed=allowed).backward()
         t, m = timed(run_naive, device, reps)
         rows.append((f"(c) Sudoku step B={batch}: naive expansion", batch * k * n * n, t, m))
+    rows += bench_training_step(device, reps, batch)
     rnn = model.decoder.rnn
     R, T = batch * (n - 1) * k, n - 1
     x = torch.randn(R, T, rnn.input_size, device=device)
@@ -217,6 +220,75 @@ def bench_sudoku_step(device: torch.device, reps: int, batch: int, naive: bool) 
     t, m = timed(floor, device, reps)
     rows.append((f"(c) Sudoku step B={batch}: fused-call floor ({R} rows x {T})", R * T, t, m))
     return rows
+
+
+def bench_training_step(device: torch.device, reps: int, batch: int) -> list[tuple]:
+    """The whole training step of ``pseudosl sudoku train --preset paper --models rnn_psl``: the experiment's
+    ``Objective`` (augmentation, teacher-forced cross-entropy, a sample per puzzle, the PSL on every puzzle),
+    backward and an Adam step; with the paper's ``givens = "condition"`` and with the givens conjoined (all 81
+    positions' conditionals), and on CUDA under bfloat16 autocast (what ``accelerate launch --mixed_precision
+    bf16`` does: the cross-entropy and sampling in bfloat16, the PSL engine still in float32)."""
+    from pseudosl.experiments.sudoku.config import load_config, preset_path
+    from pseudosl.experiments.sudoku.data import generate
+    from pseudosl.experiments.sudoku.models import build_model
+    from pseudosl.experiments.sudoku.train import Objective
+    data = generate(batch, seed=1)
+    puzzles, solutions = data.puzzles.to(device), data.solutions.to(device)
+    blanks = int((data.puzzles == 0).sum())
+    rows = []
+    cases = [("condition", None), ("conjoin", None)] + ([("condition", torch.bfloat16)] if device.type == "cuda" else [])
+    for givens, amp in cases:
+        cfg = load_config(preset_path("paper"), givens=givens, models=["rnn_psl"])
+        torch.manual_seed(0)
+        model = build_model("rnn_psl", cfg).to(device)
+        objective = Objective(model, "rnn_psl", cfg).to(device).train()
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+
+        def step():
+            with torch.autocast(device.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
+                loss, _ = objective(puzzles, solutions)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        t, m = timed(step, device, reps)
+        work = blanks * 9 * 80 if givens == "condition" else batch * 9 * 81 * 80 // 2
+        label = f"training step, givens={givens}" + (", bf16 autocast" if amp else "") + (" (paper)" if givens == "condition" and not amp else "")
+        rows.append((f"(c) Sudoku step B={batch}: {label}", work, t, m))
+    return rows
+
+
+def conditional_errors(device: torch.device, batch: int = 8) -> list[tuple[str, float, float, float]]:
+    """Error of the low-precision modes against strict float32 (TF32 off), on the Sudoku RNN's conditionals of
+    ``batch`` puzzles (all 81 x 9, untrained model, train mode as in training): ``(mode, max |dp|, mean |dp|,
+    max |d log p| where p > 1e-6)``."""
+    from pseudosl.experiments.sudoku.data import generate
+    from pseudosl.experiments.sudoku.models import SudokuRNN
+    torch.manual_seed(0)
+    model = SudokuRNN().to(device).train()
+    puzzles = generate(batch, seed=2).puzzles.to(device)
+    y = model.generate(puzzles, greedy=False) - 1
+    ctx, steps = model.conditioning(puzzles)
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+
+    def conditionals(tf32: bool, **kw) -> torch.Tensor:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+        with torch.no_grad():
+            return model.decoder.engine(ctx, steps, **kw).local_conditionals(y).float()
+    try:
+        ref = conditionals(False)
+        modes = [("bf16 suffixes (engine suffix_dtype)", conditionals(False, suffix_dtype=torch.bfloat16))]
+        with torch.autocast(device.type, dtype=torch.bfloat16):  # the engine switches a caller's autocast off
+            modes.append(("caller's bf16 autocast (mixed-precision training)", conditionals(False)))
+        if device.type == "cuda":
+            modes.insert(0, ("TF32 (cuDNN's default on CUDA)", conditionals(True)))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+    out = []
+    for name, c in modes:
+        dp = (c.exp() - ref.exp()).abs()
+        live = ref.exp() > 1e-6
+        out.append((name, dp.max().item(), dp.mean().item(), (c - ref).abs()[live].max().item()))
+    return out
 
 
 def main() -> None:
@@ -247,6 +319,10 @@ def main() -> None:
         print(f"{'Sudoku training step (c)':62s} {'token-steps':>12s} {'ms/step':>9s} {'x floor':>8s} {'MB':>9s}")
         for name, work, t, m in srows:
             print(f"{name:62s} {work:12d} {t * 1e3:9.1f} {t / floor:8.2f} {m / 2**20:9.1f}")
+        print(f"\n{'error against strict float32 (Sudoku RNN conditionals)':62s} {'max |dp|':>10s} {'mean |dp|':>10s} "
+              f"{'max |dlog p|':>12s}")
+        for name, mx, mean, mxl in conditional_errors(device):
+            print(f"{name:62s} {mx:10.2e} {mean:10.2e} {mxl:12.2e}")
         if args.case == "sudoku":
             return
     hdr = (f"{'case':50s} {'steps naive':>12s} {'steps eng':>10s} {'theory x':>8s} {'naive s':>8s} {'engine s':>8s}"

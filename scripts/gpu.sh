@@ -5,13 +5,15 @@
 #   bash scripts/gpu.sh prepare        # on the development machine, no GPU: fetch the cp312 wheels the GPU
 #                                      # machine lacks (PySDD, klaycircuits) and copy ../shared/bench/circuits,
 #                                      # all into .carry/ (ignored by git; carry it to the GPU machine)
-#   bash scripts/gpu.sh checks         # the CUDA tests, then benchmarks/psl.py (Sudoku step, batch 64) and
-#                                      # benchmarks/circuits.py --compile at batch 128 and 4096
+#   bash scripts/gpu.sh tests          # the CUDA tests (tests/test_psl_engines.py, tests/test_circuit_compile.py)
+#   bash scripts/gpu.sh psl            # benchmarks/psl.py --case sudoku: the RNN + PSL step at batch 64, precision
+#   bash scripts/gpu.sh circuits [B..] # benchmarks/circuits.py --compile at batch 128 and 4096 (or the B given)
+#   bash scripts/gpu.sh checks         # tests, psl and circuits
 #   bash scripts/gpu.sh table1         # start Sudoku Table 1 (paper preset, 15 runs) in the background,
 #                                      # resuming its checkpoints if there are any; returns at once
 #   bash scripts/gpu.sh wait [SECONDS] # follow Table 1 until it ends or SECONDS pass (default 540), then
 #                                      # copy its table, results and curves to the log folder
-# Several stages run in order: `bash scripts/gpu.sh checks table1 wait 300`.
+# Several stages run in order: `bash scripts/gpu.sh tests psl table1 wait 300`.
 #
 # Logs and results go to $OUT (the device tool's folder), else to gpu-logs/.  The machine needs Python
 # with the CUDA build of torch, transformers and accelerate; pseudosl runs from src/ (no install).
@@ -51,7 +53,7 @@ prepare() {
     du -sh "$carry"
 }
 
-checks() {
+tests() {
     setup
     { nvidia-smi || true; "$py" -c "import sys, torch; print(sys.version); print('torch', torch.__version__, 'cuda',
         torch.version.cuda, 'cudnn', torch.backends.cudnn.version(),
@@ -59,11 +61,20 @@ checks() {
     echo "== CUDA tests =="
     "$py" -m pytest -q -p no:cacheprovider -o addopts="-ra" tests/test_psl_engines.py tests/test_circuit_compile.py \
         2>&1 | tee -a "$logs/tests.log" || true
+}
+
+bench_psl() {
+    setup
     echo "== benchmarks/psl.py: the Sudoku RNN + PSL training step =="
     "$py" benchmarks/psl.py --device "$device" --case sudoku "${psl_args[@]}" 2>&1 | tee "$logs/bench_psl.log" || true
-    local circuits=()
+}
+
+bench_circuits() {  # batch sizes as arguments (default: 128 and 4096)
+    setup
+    local circuits=() sizes=("$@")
+    [ ${#sizes[@]} -gt 0 ] || sizes=("${batches[@]}")
     [ -d "$carry/circuits" ] && circuits=(--circuits "$carry/circuits")
-    for b in "${batches[@]}"; do
+    for b in "${sizes[@]}"; do
         echo "== benchmarks/circuits.py --compile, batch $b =="
         "$py" benchmarks/circuits.py --device "$device" --compile --batch "$b" "${circuits[@]}" "${circuit_args[@]}" 2>&1 \
             | tee "$logs/bench_circuits_$b.log" || true
@@ -101,14 +112,17 @@ wait_table1() {
     return 0
 }
 
-[ $# -gt 0 ] || { sed -n '2,21p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,/^set /p' "$0" | sed '$d'; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
         prepare) prepare ;;
-        checks) checks ;;
+        tests) tests ;;
+        psl) bench_psl ;;
+        circuits) sizes=(); while [[ ${2:-} =~ ^[0-9]+$ ]]; do sizes+=("$2"); shift; done; bench_circuits "${sizes[@]}" ;;
+        checks) tests; bench_psl; bench_circuits ;;
         table1) table1 ;;
         wait) if [[ ${2:-} =~ ^[0-9]+$ ]]; then wait_table1 "$2"; shift; else wait_table1; fi ;;
-        *) echo "unknown stage '$1' (prepare, checks, table1, wait [SECONDS])" >&2; exit 2 ;;
+        *) echo "unknown stage '$1' (prepare, tests, psl, circuits [BATCH...], checks, table1, wait [SECONDS])" >&2; exit 2 ;;
     esac
     shift
 done

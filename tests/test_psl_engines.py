@@ -427,3 +427,26 @@ def test_low_precision_suffixes_stay_close_to_float32():
         assert (low.exp() - ref.exp()).abs().max() < 0.02
     with pytest.raises(ValueError, match="suffix_dtype"):
         dec.engine(ctx, suffix_dtype=torch.int8)
+
+
+def test_a_callers_autocast_does_not_reach_the_engine():
+    """Mixed-precision training (an outer bfloat16 autocast) leaves the conditionals in float32, exactly as
+    without it, in both suffix modes (the step-by-step one used to mix dtypes and fail); ``suffix_dtype``
+    still lowers the suffix recurrence alone."""
+    torch.set_default_dtype(torch.float32)
+    torch.manual_seed(0)
+    dec = RecurrentDecoder(3, 6, 16, num_layers=2, cell="gru", context_dim=3).train()
+    ctx = torch.randn(3, 3)
+    y = dec.sample(ctx)
+    circuit = circuit_from_truth(np.random.default_rng(1).random(3 ** 6) < 0.5, 6, 3)
+    for fused in (True, False):
+        ref = dec.engine(ctx, fused=fused).local_conditionals(y)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = dec.engine(ctx, fused=fused).local_conditionals(y)
+            low = dec.engine(ctx, fused=fused, suffix_dtype=torch.bfloat16).local_conditionals(y)
+        assert out.dtype == torch.float32 and torch.equal(out, ref)
+        assert not torch.equal(low, ref) and (low.exp() - ref.exp()).abs().max() < 0.02
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = pseudo_semantic_loss(dec.engine(ctx, fused=fused), circuit, y)
+        assert loss.dtype == torch.float32
+        loss.backward()

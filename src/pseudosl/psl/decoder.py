@@ -187,23 +187,38 @@ def trainable_recurrence(module: nn.Module) -> Iterator[None]:
 
 @contextlib.contextmanager
 def exact_mode(module: nn.Module, dropout: bool = False) -> Iterator[None]:
-    """Evaluate ``module`` deterministically, as the exact conditionals need, on any device, with autograd.
+    """Evaluate ``module`` deterministically and in full precision, as the exact conditionals need, on any
+    device, with autograd.
 
     The module is put in eval mode (dropout off, batch norm on its running statistics) and its
     recurrent layers are made backprop-able on cuDNN (:func:`trainable_recurrence`); the previous
-    modes are restored on exit.  ``dropout=True`` keeps the module as it is (a stochastic estimate).
+    modes are restored on exit.  ``dropout=True`` keeps the modes as they are (a stochastic estimate).
+    A caller's autocast (mixed-precision training) is switched off on the module's device: a conditional is
+    a difference of sums of up to ``n`` log-probabilities, and bfloat16 logits move the Sudoku RNN's
+    conditionals by up to 0.16 in probability (docs/psl.md); an engine lowers precision only where asked
+    (``RecurrentEngine(suffix_dtype=...)``).
     """
-    if dropout:
-        yield
-        return
-    modes = [(m, m.training) for m in module.modules()]
-    module.eval()
-    try:
-        with trainable_recurrence(module):
+    with _full_precision(module):
+        if dropout:
             yield
-    finally:
-        for m, t in modes:
-            m.training = t
+            return
+        modes = [(m, m.training) for m in module.modules()]
+        module.eval()
+        try:
+            with trainable_recurrence(module):
+                yield
+        finally:
+            for m, t in modes:
+                m.training = t
+
+
+def _full_precision(module: nn.Module) -> contextlib.AbstractContextManager:
+    """Autocast off on the device of ``module``'s parameters (where that device has autocast)."""
+    param = next(module.parameters(), None)
+    device = param.device.type if param is not None else "cpu"
+    if not torch.amp.is_autocast_available(device):
+        return contextlib.nullcontext()
+    return torch.autocast(device, enabled=False)
 
 
 class RecurrentEngine:
@@ -220,8 +235,8 @@ class RecurrentEngine:
 
     ``suffix_dtype=torch.bfloat16`` (or ``float16``) runs the suffix recurrence under autocast (the sample
     pass, the head, the log-softmax and the sums stay in float32): about half the time on a GPU, at an
-    error measured in docs/psl.md (Sudoku RNN: see there); ``None`` = the module's dtype, or the caller's
-    autocast where one is active; ``torch.float32`` = float32 even inside the caller's autocast.  On CUDA,
+    error measured in docs/psl.md (Sudoku RNN: see there); ``None`` = the module's dtype.  A caller's autocast
+    (mixed-precision training) does not reach the engine (:func:`exact_mode`).  On CUDA,
     float32 matmuls and cuDNN RNNs follow ``torch.backends.{cuda.matmul,cudnn}.allow_tf32``.
     """
 
@@ -235,13 +250,12 @@ class RecurrentEngine:
             raise ValueError(f"suffix_dtype must be None, torch.float32, torch.bfloat16 or torch.float16; got {suffix_dtype}")
         self.suffix_dtype = suffix_dtype
 
-    def _low_precision(self, device: torch.device):
-        """Autocast for the suffix recurrence only (head, log-softmax and sums stay in float32); ``None``
-        leaves the caller's autocast state as it is, ``torch.float32`` switches autocast off."""
-        if self.suffix_dtype is None:
+    def _low_precision(self, device: torch.device) -> contextlib.AbstractContextManager:
+        """Autocast for the suffix recurrence only (head, log-softmax and sums stay in float32; the engine
+        runs in :func:`exact_mode`, which switches a caller's autocast off)."""
+        if self.suffix_dtype in (None, torch.float32):
             return contextlib.nullcontext()
-        on = self.suffix_dtype != torch.float32
-        return torch.autocast(device.type, dtype=self.suffix_dtype if on else torch.bfloat16, enabled=on)
+        return torch.autocast(device.type, dtype=self.suffix_dtype)
 
     def _expand(self, t: Tensor | None, n_rows: int) -> Tensor | None:
         if t is None:
