@@ -62,7 +62,7 @@ class RunConfig:
     epochs: int = spec(10, min=1)
     batch_size: int = spec(64, min=1)
     lr: float = spec(3e-4, min=0.0)
-    weight_decay: float = spec(0.0, min=0.0, help="Adam(W) weight decay")
+    weight_decay: float = spec(0.0, min=0.0, help="L2 weight decay of the Adam optimizer (torch.optim.Adam's weight_decay)")
     patience: int | None = spec(None, min=1, help="early stopping: evaluations without a better validation score")
     constraint_start_epoch: int = spec(1, min=1, help="SL/PSL from this epoch on (1-based)")
     eval_every: int = spec(1, min=1, help="validation/test metrics every k epochs (for the curves)")

@@ -357,13 +357,14 @@ def summarize(runs: list[dict], metrics: tuple[str, ...], models: tuple[str, ...
 def format_table(exp: Experiment, summary: dict, title: str) -> str:
     """Model × metric (mean ± std over seeds), then the paper's values where it reports them."""
     paper_cols = [m for m in exp.metrics if any(m in p for p in exp.paper.values())]
-    head = f"{'Model':<16}" + "".join(f"{(m + ' ' + unit(exp, m)).strip():>18}" for m in exp.metrics) + "".join(
+    w = max([16] + [len(model_label(exp, name)) + 2 for name in summary])  # model variants have long labels
+    head = f"{'Model':<{w}}" + "".join(f"{(m + ' ' + unit(exp, m)).strip():>18}" for m in exp.metrics) + "".join(
         f"{'paper ' + m:>18}" for m in paper_cols) + f"{'seeds':>7}"
     lines = [title, head, "-" * len(head)]
     for name, row in summary.items():
         cells = "".join(f"{row[m + '_mean']:>10.2f} ± {row[m + '_std']:<5.2f}" for m in exp.metrics)
         paper = "".join(f"{exp.paper.get(split_model(name)[0], {}).get(m, float('nan')):>18.2f}" for m in paper_cols)
-        lines.append(f"{model_label(exp, name):<16}{cells}{paper}{len(row['seeds']):>7}")
+        lines.append(f"{model_label(exp, name):<{w}}{cells}{paper}{len(row['seeds']):>7}")
     return "\n".join(lines)
 
 
