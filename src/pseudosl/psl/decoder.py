@@ -216,7 +216,8 @@ def _full_precision(module: nn.Module) -> contextlib.AbstractContextManager:
     """Autocast off on the device of ``module``'s parameters (where that device has autocast)."""
     param = next(module.parameters(), None)
     device = param.device.type if param is not None else "cpu"
-    if not torch.amp.is_autocast_available(device):
+    available = getattr(torch.amp, "is_autocast_available", lambda d: d in ("cpu", "cuda"))  # torch < 2.4: no query
+    if not available(device):
         return contextlib.nullcontext()
     return torch.autocast(device, enabled=False)
 
