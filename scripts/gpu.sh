@@ -32,7 +32,10 @@ fi
 table_out=$root/runs/gpu-table1-$preset
 py=${PYTHON:-python3}
 
-setup() {  # the carried wheels into /tmp/pseudosl-site (not in a dry run), and src/ on the path
+ready=0
+setup() {  # once per command: the carried wheels into /tmp/pseudosl-site (not in a dry run), and src/ on the path
+    [ "$ready" = 1 ] && return
+    ready=1
     if [ "$device" = cuda ] && compgen -G "$carry/wheels/*.whl" >/dev/null; then
         "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/pseudosl-site \
             "$carry"/wheels/*.whl
@@ -86,7 +89,8 @@ table1() {
     local resume=()
     compgen -G "$table_out/*/checkpoint.pt" >/dev/null && resume=(--resume)
     echo "== Table 1 ($preset preset) -> $table_out ${resume[*]} =="
-    date +%s >"$root/runs/gpu-table1.start" 2>/dev/null || { mkdir -p "$root/runs"; date +%s >"$root/runs/gpu-table1.start"; }
+    mkdir -p "$root/runs"
+    date +%s >"$root/runs/gpu-table1.start"
     setsid nohup "$py" -m pseudosl.cli sudoku train --preset "$preset" --out "$table_out" "${resume[@]}" \
         >"$root/runs/gpu-table1.log" 2>&1 </dev/null &
     echo $! >"$root/runs/gpu-table1.pid"

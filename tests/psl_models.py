@@ -45,3 +45,14 @@ def circuit_from_truth(truth: np.ndarray, n: int, k: int) -> Circuit:
     terms = [b.and_(*(b.literal(v, int(c)) for v, c in enumerate(a)))
              for a, t in zip(oracle.assignments(n, k), truth) if t]
     return Circuit(b.build(b.or_(*terms)))
+
+
+def tiny_gpt2(n_embd: int, vocab_size: int, n_positions: int) -> torch.nn.Module:
+    """A randomly initialised 2-layer GPT-2 in float64 (token 0 is BOS/EOS); skips the test without transformers."""
+    import pytest
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=n_embd, n_head=2, vocab_size=vocab_size, n_positions=n_positions,
+                                  bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(cfg).double()

@@ -39,7 +39,7 @@ class FakePerspective:
                 self.wfile.write(data)
 
             def log_message(self, *args):
-                pass
+                """No request log on stderr."""
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1alpha1/comments:analyze"

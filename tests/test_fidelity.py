@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import oracle
-from psl_models import TableModel
+from psl_models import TableModel, tiny_gpt2
 from pseudosl.psl import (CausalLMEngine, RecurrentDecoder, SamplerRequiredError, ValueMap, local_fidelity)
 
 BITS = 1 / math.log(2)
@@ -145,12 +145,7 @@ def test_recurrent_decoder_exact_vs_monte_carlo_and_contexts():
 
 @pytest.fixture(scope="module")
 def gpt2():
-    transformers = pytest.importorskip("transformers")
-    transformers.logging.set_verbosity_error()
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=6, n_positions=16,
-                                  bos_token_id=0, eos_token_id=0)
-    model = transformers.GPT2LMHeadModel(cfg).double().eval()
+    model = tiny_gpt2(n_embd=16, vocab_size=6, n_positions=16).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)  # tied with the input embeddings: a peaky model
     return model

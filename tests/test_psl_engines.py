@@ -7,7 +7,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import oracle
-from psl_models import circuit_from_truth
+from psl_models import circuit_from_truth, tiny_gpt2
 from pseudosl.psl import (CausalLMEngine, RecurrentDecoder, ValueMap, local_conditionals, pseudo_semantic_loss,
                           sample_autoregressive, sample_from_logits)
 
@@ -194,12 +194,7 @@ def test_sampling_and_engine_do_not_synchronise_on_cuda():
 
 @pytest.fixture(scope="module")
 def gpt2():
-    transformers = pytest.importorskip("transformers")
-    transformers.logging.set_verbosity_error()
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=12, n_positions=64,
-                                  bos_token_id=0, eos_token_id=0)
-    return transformers.GPT2LMHeadModel(cfg).double()
+    return tiny_gpt2(n_embd=32, vocab_size=12, n_positions=64)
 
 
 def _reference_log_joint(model, prompt):

@@ -327,8 +327,7 @@ class RecurrentEngine:
         prev = y[r.b[:, None], at]  # (R, T)
         prev[:, 0] = cand[r.b, r.i, r.j]  # step 0 consumes the candidate c
         tgt_pos = (r.i[:, None] + 1 + s).clamp(max=n - 1)  # (R, T): position scored at suffix step s
-        eye = torch.eye(dec.n_values, dtype=dec.head.weight.dtype, device=y.device)
-        inp = eye[prev]  # one-hot by indexing: no host synchronisation
+        inp = _one_hot(prev, dec.n_values, dec.head.weight.dtype)  # (R, T, k)
         if dec.step_dim:
             inp = torch.cat([inp, self.step_inputs[r.b[:, None], tgt_pos].to(inp.dtype)], dim=-1)
         target = y[r.b[:, None], tgt_pos]
