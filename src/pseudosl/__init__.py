@@ -65,4 +65,4 @@ __all__ = [
     "true",
     "variables",
 ]
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402

@@ -51,7 +51,7 @@ class FidelityRun:
 
 def checkpoint_inputs(path: str | Path, n_examples: int, device: str) -> FidelityRun:
     """The checkpoint's model (best on validation when there is one) on its experiment's test inputs."""
-    from ..cli import experiment
+    from .registry import experiment
     from .harness import CheckpointError, load_checkpoint
     ckpt = load_checkpoint(Path(path))
     if "experiment" not in ckpt:
