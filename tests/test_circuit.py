@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 import oracle
 from conftest import ATOL32, ATOL64
-from pseudosl import Circuit, CircuitBuilder, CircuitError, Dag
+from pseudosl import Circuit, CircuitBuilder
+from pseudosl.logic.dag import CircuitError, Dag
 from pseudosl.logic.dag import FALSE, TRUE
 
 
