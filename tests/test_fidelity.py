@@ -166,6 +166,10 @@ def test_causal_lm_exact_vs_monte_carlo(gpt2):
     torch.manual_seed(0)
     mc = local_fidelity(eng, sample, exact=False, n_mc=1500, generator=torch.Generator().manual_seed(3))
     _within(mc, exact)
+    shared = local_fidelity(CausalLMEngine(gpt2, prompt[:1]), sample, exact=False, n_mc=200,
+                            generator=torch.Generator().manual_seed(4))  # one prompt for both anchors
+    exact0 = local_fidelity(CausalLMEngine(gpt2, prompt[:1]), sample)
+    _within(shared, exact0)
     with pytest.raises(ValueError, match="value_map"):
         local_fidelity(CausalLMEngine(gpt2, prompt, value_map=ValueMap([1, 2], 6)), sample)
     with pytest.raises(ValueError, match="n_values below the vocabulary"):

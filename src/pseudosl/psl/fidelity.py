@@ -216,7 +216,7 @@ def _monte_carlo(engine: Engine, cond: Tensor, n_mc: int, sampler: Sampler | Non
             raise SamplerRequiredError("Monte-Carlo needs samples of the model for its entropy, and a bare log_joint "
                                        "cannot be sampled: pass sampler=lambda m: ... returning (B, m, n) samples "
                                        "(or use exact=True where k**n is small)")
-        ids = torch.arange(b, device=cond.device)
+        ids = engine.example_ids(b, cond.device)
 
         def sampler(m: int) -> Tensor:
             return engine.sample(ids.repeat_interleave(m), length=n, generator=generator).view(b, m, n)
