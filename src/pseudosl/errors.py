@@ -1,0 +1,24 @@
+"""The errors a user can act on: one base class, so the command line has one way to report them.
+
+Every :class:`PseudoslError` names the argument or file, the value and the fix in its message; the
+``pseudosl`` command prints it as one line (``pseudosl: error: ...``) and exits with status 2, never
+with a traceback.  A subclass also derives from the built-in type that callers already catch
+(``ValueError`` for bad values, ``OSError`` for files and disks).  Library functions keep raising
+``ValueError``/``TypeError`` for bad arguments (STYLE.md); the command line reports those the same way.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PseudoslError", "RunFolderError", "StorageError"]
+
+
+class PseudoslError(Exception):
+    """A failure the user can fix; the message says what, where and how."""
+
+
+class RunFolderError(PseudoslError, ValueError):
+    """A run folder is in use by another run, or holds runs that do not belong to this one."""
+
+
+class StorageError(PseudoslError, OSError):
+    """A file could not be written or read back (disk full, permissions, a truncated file); names the path."""
