@@ -19,7 +19,7 @@ import types
 import typing
 from pathlib import Path
 
-from .errors import PseudoslError
+from .errors import user_message
 
 __all__ = ["main", "build_parser", "experiment", "add_config_flags", "EXPERIMENTS"]
 
@@ -210,20 +210,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def user_error(e: BaseException) -> str | None:
-    """The one-line message for an error the command line anticipates, or ``None`` (a bug: its traceback shows).
-
-    Anticipated: every :class:`~pseudosl.errors.PseudoslError`; ``ValueError`` (the library's error for a bad
-    value, which names the argument, the value and the fix); ``OSError`` (the file system names the path);
-    ``MemoryError`` and CUDA out-of-memory (the sizes asked for do not fit)."""
-    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return f"out of memory ({first[:200]}); lower the sizes asked for (data sizes, batch_size, jobs)"
-    if isinstance(e, (PseudoslError, ValueError, OSError)):
-        return " ".join(str(e).split()) or type(e).__name__
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the command; an anticipated error prints one line and exits with status 2, Ctrl-C with 130."""
     parser = build_parser()
@@ -234,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(130, "pseudosl: interrupted (checkpoints up to the last finished epoch are kept: --resume "
                          "continues)\n")
     except Exception as e:
-        message = user_error(e)
+        message = user_message(e)
         if message is None:
             raise
         parser.exit(2, f"pseudosl: error: {message}\n")

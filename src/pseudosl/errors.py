@@ -9,7 +9,7 @@ with a traceback.  A subclass also derives from the built-in type that callers a
 
 from __future__ import annotations
 
-__all__ = ["PseudoslError", "RunFolderError", "StorageError"]
+__all__ = ["PseudoslError", "RunFolderError", "StorageError", "user_message"]
 
 
 class PseudoslError(Exception):
@@ -22,3 +22,17 @@ class RunFolderError(PseudoslError, ValueError):
 
 class StorageError(PseudoslError, OSError):
     """A file could not be written or read back (disk full, permissions, a truncated file); names the path."""
+
+
+def user_message(e: BaseException) -> str | None:
+    """The one-line message for an error a command line anticipates, or ``None`` (a bug: let its traceback show).
+
+    Anticipated: every :class:`PseudoslError`; ``ValueError`` (the library's error for a bad value, which
+    names the argument, the value and the fix); ``OSError`` (the file system names the path); ``MemoryError``
+    and CUDA out-of-memory (the sizes asked for do not fit)."""
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"out of memory ({first[:200]}); lower the sizes asked for (data sizes, batch_size, jobs)"
+    if isinstance(e, (PseudoslError, ValueError, OSError)):
+        return " ".join(str(e).split()) or type(e).__name__
+    return None
