@@ -12,7 +12,7 @@
 #   bash scripts/gpu.sh table1         # start Sudoku Table 1 (paper preset, 15 runs) in the background,
 #                                      # resuming its checkpoints if there are any, else those of the archive
 #                                      # carried in (.carry/table1/); returns at once
-#   bash scripts/gpu.sh wait [SECONDS] # follow Table 1 until it ends or SECONDS pass (default 540), copy its
+#   bash scripts/gpu.sh wait [SECONDS] # follow Table 1 until it ends or SECONDS pass (default 480), copy its
 #                                      # table, results and curves to the log folder, pack its run folder
 #                                      # into parts of 16 MB and put the first ones in $OUT/table1-archive
 #   bash scripts/gpu.sh fetch [K]      # put parts K, K+1, ... of the last pack in $OUT/table1-archive (as many
@@ -115,7 +115,7 @@ table1() {
 }
 
 wait_table1() {
-    local limit=${1:-540} pid
+    local limit=${1:-480} pid
     pid=$(cat "$root/runs/gpu-table1.pid")
     local t0=$SECONDS
     while kill -0 "$pid" 2>/dev/null && (( SECONDS - t0 < limit )); do sleep 10; done
@@ -179,7 +179,7 @@ keep() {  # on the development machine: parts brought back (files_at folders) in
     done
     archive status "$kept/$archive_name.json" || true
     local parts=("$kept/$archive_name".tgz.*) i=0 call=1 list
-    echo "next GPU slot, the device tool's carry per call (then: bash scripts/gpu.sh table1 wait 540):"
+    echo "next GPU slot, the device tool's carry per call (then: bash scripts/gpu.sh table1 wait 480):"
     while (( i < ${#parts[@]} )); do
         list=""
         (( call == 1 )) && list='".carry/wheels", ".carry/circuits", ".carry/table1/'$archive_name'.json", '

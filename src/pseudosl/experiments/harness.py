@@ -7,7 +7,9 @@ harness owns everything else, the same for every experiment:
   ``(seed, epoch)`` only, so a resumed run sees the same batches;
 * run folders: ``runs/<experiment>/<preset>-<content key>/<model>-seed<seed>/checkpoint.pt`` by
   default (the key hashes every config field that changes what is computed, so two presets never
-  share a folder); training refuses to replace checkpoints unless ``resume`` or ``overwrite``;
+  share a folder); training refuses to replace checkpoints unless ``resume`` or ``overwrite``, locks
+  the folder, records its config in ``run.json`` and refuses runs that do not belong together
+  (:mod:`pseudosl.experiments.runs`);
 * checkpoints after every epoch (config, model, optimizer, RNG states, history, early-stopping
   state) and an exact ``resume``;
 * model selection: with a validation split, the checkpoint of the best validation score
