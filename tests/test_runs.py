@@ -220,10 +220,9 @@ def test_full_disk_names_the_path_and_keeps_the_last_checkpoint(tmp_path, capsys
     saved = load_checkpoint(out / "convnet-seed0" / "checkpoint.pt")
     real_save = torch.save
 
-    def full_disk(obj, path):  # what torch does on a full disk: part of the file, then this error
+    def full_disk(obj, path):  # what torch did on a full tmpfs: part of the file, then this error
         Path(path).write_bytes(b"PK\x03\x04 part of a zip")
-        raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
-                           "data/3: file write failed")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 645760 vs 645648")
     monkeypatch.setattr(harness.torch, "save", full_disk)
     argv = ["sudoku", "train", "--quick", "--models", "convnet", "--data-dir", str(tmp_path / "d"), "--out", str(out),
             *TINY, "--resume", "--epochs", "2"]
@@ -249,7 +248,23 @@ def test_full_disk_names_the_path_and_keeps_the_last_checkpoint(tmp_path, capsys
     assert json.loads((out / "results.json").read_text())["runs"][0]["epochs_trained"] == 2
 
 
-def test_storage_error_is_an_os_error():
+@pytest.mark.parametrize("error, named", [
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 645760 vs 645648"), True),
+    (RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file data/3: "
+                  "file write failed"), True),
+    (OSError(errno.EACCES, "Permission denied"), True),
+    (RuntimeError("a bug in the code that writes"), False),   # not a storage failure: not disguised as one
+])
+def test_atomic_path_names_write_failures_only(tmp_path, error, named):
+    from pseudosl.experiments.runs import atomic_path
+    target = tmp_path / "f.bin"
+    target.write_bytes(b"complete")
+    with pytest.raises(StorageError if named else RuntimeError) as e:
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"half")
+            raise error
+    assert (f"could not write {target}" in str(e.value)) == named
+    assert target.read_bytes() == b"complete" and list(tmp_path.iterdir()) == [target]
     assert issubclass(StorageError, OSError) and issubclass(RunFolderError, ValueError)
 
 

@@ -153,13 +153,19 @@ def atomic_path(path: Path) -> Iterator[Path]:
         if tmp.exists():  # a writer may decide to write nothing (e.g. an experiment without an example figure)
             os.replace(tmp, path)
     except (OSError, RuntimeError) as e:
-        if isinstance(e, PseudoslError) or (isinstance(e, RuntimeError) and "writ" not in str(e).lower()):
+        if isinstance(e, PseudoslError) or (isinstance(e, RuntimeError) and not _torch_write_error(e)):
             raise
         raise StorageError(f"could not write {path}: {_reason(e)}; {_free(path)}free space there or pass "
                            f"another --out (earlier complete files are kept)") from None
     finally:
         with suppress(OSError):
             tmp.unlink(missing_ok=True)
+
+
+def _torch_write_error(e: RuntimeError) -> bool:
+    """torch.save's writer on a full disk: "[enforce fail at inline_container.cc:...] . unexpected pos 645760 vs
+    645648" or "... PytorchStreamWriter failed writing file data/3: file write failed"."""
+    return any(s in str(e) for s in ("inline_container", "PytorchStreamWriter", "file write failed"))
 
 
 def _reason(e: BaseException) -> str:
