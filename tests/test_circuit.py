@@ -308,7 +308,7 @@ def test_huge_batch_runs_in_chunks_without_gradients():
     x = torch.randn(300, 3, 2, dtype=torch.float64).log_softmax(-1)
     whole = small.log_prob(x)
     small.chunk_bytes = 1000  # a few rows per chunk
-    assert len(small._chunks(300, small._row_bytes(x, keep=False))) > 10
+    assert len(small._chunks(300, small._row_bytes(x, keep=False), x.device)) > 10
     assert torch.equal(small.log_prob(x), whole)
 
 

@@ -175,7 +175,7 @@ def test_many_samples_per_example_and_chunks():
     whole = circuit.sample(x, 1000, generator=torch.Generator().manual_seed(0))
     assert whole.values.shape == (1000, 3, 4)
     circuit.chunk_bytes = 4096  # a few samples and rows per chunk
-    assert len(circuit._chunks(1000, 3 * circuit._row_bytes(x, keep=False))) > 10
+    assert len(circuit._chunks(1000, 3 * circuit._row_bytes(x, keep=False), x.device)) > 10
     chunked = circuit.sample(x, 1000, generator=torch.Generator().manual_seed(0))
     again = circuit.sample(x, 1000, generator=torch.Generator().manual_seed(0))
     assert torch.equal(chunked.values, again.values)  # reproducible for a given chunk size

@@ -123,9 +123,11 @@ class Circuit(nn.Module):
     """Value checks on inputs: ``None`` (default) = on CPU tensors in eager mode only (they would
     synchronise a GPU with the host and break CUDA-graph capture), ``True`` = always, ``False`` = never."""
 
-    chunk_bytes: int = 1 << 31
-    """Working memory (bytes) of one chunk of a pass without autograd: larger batches (and sample
-    counts) are evaluated in chunks of this size, exactly.  Default 2 GiB; set it per circuit."""
+    chunk_bytes: int | None = None
+    """Working memory (bytes) of one chunk of a pass without autograd: larger batches (and sample counts)
+    are evaluated in chunks of this size, exactly.  ``None`` (default): 64 MiB on a CPU, where chunks
+    that size run faster than one large pass (2.4x on the Sudoku circuit at batch 2048, see
+    docs/benchmarks.md), 2 GiB on other devices.  Set it per circuit."""
 
     def __init__(self, dag: Dag) -> None:
         super().__init__()
@@ -268,16 +270,24 @@ class Circuit(nn.Module):
 
     def _prepared(self, x: Tensor, allowed: Tensor | None, rows: slice) -> Tensor:
         """Rows ``rows`` of ``x`` as checked ``(b, n, k)`` log-weights, ``allowed`` applied, half precision in float32."""
-        xc = apply_allowed(self.categorical_input(x[rows]), None if allowed is None else allowed[rows])
+        whole = rows.stop - rows.start == x.shape[0]  # (no view to make: the common case)
+        xc = self.categorical_input(x if whole else x[rows])
+        if allowed is not None:
+            xc = apply_allowed(xc, allowed if whole else allowed[rows])
         return xc.float() if xc.dtype in (torch.float16, torch.bfloat16) else xc
 
     def _leaves(self, xc: Tensor) -> Tensor:
         """``(n*k, b)``: the leaf rows of the node buffer."""
         return xc.reshape(xc.shape[0], self.n_vars * self.n_values).t()
 
-    def _chunks(self, total: int, bytes_each: int) -> list[slice]:
+    def _chunk_limit(self, device: torch.device) -> int:
+        if self.chunk_bytes is not None:
+            return self.chunk_bytes
+        return 1 << 26 if device.type == "cpu" else 1 << 31
+
+    def _chunks(self, total: int, bytes_each: int, device: torch.device) -> list[slice]:
         """``range(total)`` cut into slices of at most :attr:`chunk_bytes` (one item at least)."""
-        step = max(1, self.chunk_bytes // max(bytes_each, 1))
+        step = max(1, self._chunk_limit(device) // max(bytes_each, 1))
         return [slice(i, min(i + step, total)) for i in range(0, total, step)] or [slice(0, 0)]
 
     def _row_bytes(self, x: Tensor, keep: bool) -> int:
@@ -288,7 +298,7 @@ class Circuit(nn.Module):
     def _check_memory(self, x: Tensor) -> None:
         """Refuse, before allocating, a differentiable pass larger than the memory free on ``x``'s device."""
         need = x.shape[0] * self._row_bytes(x, keep=True)
-        if need <= self.chunk_bytes or torch.compiler.is_compiling():
+        if need <= self._chunk_limit(x.device) or torch.compiler.is_compiling():
             return
         free = _free_bytes(x.device)
         if free is not None and need > free:
@@ -297,7 +307,7 @@ class Circuit(nn.Module):
                 f"({self._pass_slots} node and term values plus {self._kept_slots} kept weights per row, "
                 f"{need // x.shape[0]} bytes), more than the {free / 2**30:.1f} GiB free on {x.device}: pass smaller "
                 f"batches, or evaluate without gradients (under torch.no_grad() the batch runs in chunks of "
-                f"circuit.chunk_bytes = {self.chunk_bytes} bytes)")
+                f"circuit.chunk_bytes = {self._chunk_limit(x.device)} bytes)")
 
     def forward(self, x: Tensor, semiring: str = "log") -> Tensor:
         """Every root's value under ``semiring``: ``(B, R)``.
@@ -313,15 +323,15 @@ class Circuit(nn.Module):
         sr = semirings.semiring(semiring)
         self._check_shape(x)
         if x.shape[0] == 0:  # nothing to evaluate; keep the (empty) result in the graph
-            return self._leaves(self._prepared(x, None, slice(None))).t()[:, :1].expand(0, self.n_roots) * 0.0
+            return self._leaves(self._prepared(x, None, slice(0, 0))).t()[:, :1].expand(0, self.n_roots) * 0.0
         if torch.is_grad_enabled() and x.requires_grad:
             self._check_memory(x)
-            leaves = self._leaves(self._prepared(x, None, slice(None)))
+            leaves = self._leaves(self._prepared(x, None, slice(0, x.shape[0])))
             return semirings.Evaluate.apply(leaves, sr.name, tuple(self._meta), self.n_slots, self.root_rows,
                                             *self._indices()).t()
         out = [semirings.bottom_up(self._leaves(self._prepared(x, None, rows)), self._meta, self.n_slots,
                                    self._indices(), sr).index_select(0, self.root_rows).t()
-               for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=False))]
+               for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=False), x.device)]
         return out[0] if len(out) == 1 else torch.cat(out)
 
     def log_prob(self, x: Tensor, allowed: Tensor | None = None) -> Tensor:
@@ -352,22 +362,21 @@ class Circuit(nn.Module):
             raise ValueError(f"allowed must have shape (B, n, k) = {(x.shape[0], self.n_vars, self.n_values)}, "
                              f"got {tuple(allowed.shape)}")
 
-    def _descend(self, leaves: Tensor, sr: semirings.Semiring, slot: int, n_cols: int,
-                 weights: Callable[[list, int], Tensor | None]) -> tuple[Tensor, Tensor]:
-        """Bottom-up under ``sr`` keeping weights, then top-down from root ``slot`` over ``n_cols`` columns.
-
-        Returns the root's value ``(b,)`` and the leaf rows ``(n*k, n_cols)`` the top-down pass reached.
-        """
+    def _up(self, leaves: Tensor, sr: semirings.Semiring) -> tuple[Tensor, list[Tensor | None]]:
+        """The node buffer ``(n_slots, b)`` under ``sr`` and the weights each group kept for the way down."""
         kept: list[Tensor | None] = []
-        buf = semirings.bottom_up(leaves, self._meta, self.n_slots, self._indices(), sr, kept)
-        seed = buf.new_zeros(self.n_slots, n_cols)
+        return semirings.bottom_up(leaves, self._meta, self.n_slots, self._indices(), sr, kept), kept
+
+    def _down(self, like: Tensor, slot: int, n_cols: int, weights: Callable[[int], Tensor | None]) -> Tensor:
+        """The leaf rows ``(n*k, n_cols)`` that a top-down pass from root ``slot`` (seeded with 1) reaches."""
+        seed = like.new_zeros(self.n_slots, n_cols)
         seed[slot] = 1.0
-        down = semirings.top_down(seed, self._meta, self._indices(), lambda g: weights(kept, g))
-        return buf[slot], down[2:2 + self.n_vars * self.n_values]
+        return semirings.top_down(seed, self._meta, self._indices(), weights)[2:2 + self.n_vars * self.n_values]
 
     def _values(self, leaf_rows: Tensor) -> Tensor:
         """``(N, n)`` values from leaf rows ``(n*k, N)`` holding one 1 per variable and column."""
-        return leaf_rows.view(self.n_vars, self.n_values, -1).argmax(1).t()
+        values = torch.arange(self.n_values, dtype=leaf_rows.dtype, device=leaf_rows.device).view(1, -1, 1)
+        return (leaf_rows.view(self.n_vars, self.n_values, -1) * values).sum(1).t().long()
 
     @torch.no_grad()
     def mpe(self, x: Tensor, allowed: Tensor | None = None, *, root: int | None = None) -> MPE:
@@ -387,12 +396,11 @@ class Circuit(nn.Module):
         self._check_query(x, allowed)
         slot = self._root_slot(root)
         values, log_prob = [], []
-        for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=True)):
+        for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=True), x.device):
             xc = self._prepared(x, allowed, rows)
-            best, leaf_rows = self._descend(self._leaves(xc), semirings.MAX, slot, xc.shape[0],
-                                            lambda kept, g: None if kept[g] is None else
-                                            semirings.MAX.weights(kept[g], self._meta[g][2], xc.dtype))
-            v, lp = _scored(xc, self._values(leaf_rows).unsqueeze(0), torch.isneginf(best))
+            buf, kept = self._up(self._leaves(xc), semirings.MAX)
+            leaf_rows = self._down(buf, slot, xc.shape[0], kept.__getitem__)
+            v, lp = _scored(xc, self._values(leaf_rows).unsqueeze(0), torch.isneginf(buf[slot]))
             values.append(v[0])
             log_prob.append(lp[0])
         return MPE(torch.cat(values), torch.cat(log_prob))
@@ -427,19 +435,16 @@ class Circuit(nn.Module):
                              f"{generator.device if isinstance(generator, torch.Generator) else type(generator).__name__}")
         slot = self._root_slot(root)
         values, log_prob, log_z = [], [], []
-        for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=True)):
+        for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=True), x.device):
             xc = self._prepared(x, allowed, rows)
-            leaves, b = self._leaves(xc), xc.shape[0]
-            kept: list[Tensor | None] = []
-            buf = semirings.bottom_up(leaves, self._meta, self.n_slots, self._indices(), semirings.LOG, kept)
+            buf, kept = self._up(self._leaves(xc), semirings.LOG)
+            b = xc.shape[0]
             v_chunk, lp_chunk = [], []
-            for draws in self._chunks(num_samples, b * self._row_bytes(xc, keep=False)):
+            for draws in self._chunks(num_samples, b * self._row_bytes(xc, keep=False), x.device):
                 s = draws.stop - draws.start
-                seed = buf.new_zeros(self.n_slots, s * b)
-                seed[slot] = 1.0
-                down = semirings.top_down(seed, self._meta, self._indices(), lambda g: None if kept[g] is None else
-                                          semirings.sampled_weights(kept[g], s, generator))
-                v, lp = _scored(xc, self._values(down[2:2 + self.n_vars * self.n_values]).reshape(s, b, self.n_vars),
+                leaf_rows = self._down(buf, slot, s * b, lambda g: None if kept[g] is None else
+                                       semirings.sampled_choices(kept[g], s, generator))
+                v, lp = _scored(xc, self._values(leaf_rows).reshape(s, b, self.n_vars),
                                 torch.isneginf(buf[slot]))
                 v_chunk.append(v)
                 lp_chunk.append(lp)
@@ -459,12 +464,11 @@ class Circuit(nn.Module):
         self._check_query(x, allowed)
         slot = self._root_slot(root)
         out = []
-        for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=True)):
+        for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=True), x.device):
             xc = self._prepared(x, allowed, rows)
-            log_z, leaf_rows = self._descend(self._leaves(xc), semirings.LOG, slot, xc.shape[0],
-                                             lambda kept, g: kept[g])
-            mu = leaf_rows.t().reshape(xc.shape)
-            out.append(mu.masked_fill(torch.isneginf(log_z).view(-1, 1, 1), 0.0))
+            buf, kept = self._up(self._leaves(xc), semirings.LOG)
+            mu = self._down(buf, slot, xc.shape[0], kept.__getitem__).t().reshape(xc.shape)
+            out.append(mu.masked_fill(torch.isneginf(buf[slot]).view(-1, 1, 1), 0.0))
         return torch.cat(out)
 
     def compiled(self, **options: Any) -> Callable[[Tensor], Tensor]:

@@ -12,18 +12,18 @@ computes rows ``start : start + count`` from the index tensor ``idx`` ``(count, 
 * ``"log"`` (:data:`LOG`): log-sum-exp, so a root holds ``log sum_{y |= alpha} prod_v q_v(y_v)``;
 * ``"max"`` (:data:`MAX`): max, so a root holds ``max_{y |= alpha} sum_v log q_v(y_v)`` (the MPE value).
 
-Asked to, it keeps per OR group what the top-down pass needs: the log semiring the derivatives of each
-node with respect to its elements, ``exp(element - node)`` ``(count, E, N)`` (0 where the node is
-``-inf``), the max semiring the index of the best element ``(count, N)``.
+Asked to, it keeps per OR group the derivative of each node with respect to its elements, which is
+what the way back down needs: the log semiring ``exp(element - node)`` ``(count, E, N)`` (0 where the
+node is ``-inf``), the max semiring the index of the best element ``(count, N)`` (one-hot weights).
 
 :func:`top_down` is the one loop back down: every node hands its value ``g`` to the terms of its
-elements, weighted by ``w[i, e]`` ``(count, E, N)``, with one ``index_add_`` per group.  The weights
-decide the query:
+elements, weighted by ``w[i, e]`` (one ``index_add_`` per group), or to the terms of one chosen
+element only (a ``scatter_add_`` per term).  The weights decide the query:
 
-* kept log weights: the gradient of the roots (the backward pass; with a 1 at a root the leaves
+* the kept log weights: the gradient of the roots (the backward pass; with a 1 at a root the leaves
   receive the marginals ``P(y_v = c | alpha)``);
-* one-hot of the max semiring's choices: the gradient of the max, i.e. the MPE assignment;
-* one-hot of a choice drawn from the kept log weights (:func:`sampled_weights`): an exact sample of
+* the max semiring's choices: the gradient of the max, i.e. the MPE assignment;
+* a choice drawn from the kept log weights (:func:`sampled_choices`): an exact sample of
   ``q(. | alpha)``, top-down (each node chooses an element with probability ``exp(element - node)``).
 
 In a decomposable circuit a sample's choices reach every variable's leaves exactly once (two
@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["LOG", "MAX", "Semiring", "semiring", "bottom_up", "top_down", "sampled_weights", "Evaluate"]
+__all__ = ["LOG", "MAX", "Semiring", "semiring", "bottom_up", "top_down", "sampled_choices", "Evaluate"]
 
 Meta = Sequence[tuple[int, int, int, int]]  # (start, count, E, A) per group
 
@@ -50,12 +50,8 @@ class Semiring:
 
     @staticmethod
     def sum_into(el: Tensor, buf: Tensor, start: int, count: int, eager: bool, keep: bool) -> Tensor | None:
-        """Write ``sum_e el[:, e]`` into ``buf[start:start + count]``; return what :func:`top_down` needs if ``keep``."""
-        raise NotImplementedError
-
-    @staticmethod
-    def weights(kept: Tensor, n_el: int, dtype: torch.dtype) -> Tensor:
-        """``(count, E, N)`` top-down weights from what :meth:`sum_into` kept."""
+        """Write ``sum_e el[:, e]`` into ``buf[start:start + count]``; if ``keep``, return the top-down weights
+        (:func:`top_down`): ``(count, E, N)`` derivatives, or ``(count, N)`` choices."""
         raise NotImplementedError
 
 
@@ -74,10 +70,6 @@ class _Log(Semiring):
             return None
         return el.sub_(out.unsqueeze(1)).exp_().masked_fill_(torch.isneginf(out).unsqueeze(1), 0.0)
 
-    @staticmethod
-    def weights(kept: Tensor, n_el: int, dtype: torch.dtype) -> Tensor:
-        return kept
-
 
 class _Max(Semiring):
     name = "max"
@@ -87,10 +79,6 @@ class _Max(Semiring):
         best, arg = el.max(dim=1)  # ties: any maximiser
         buf[start:start + count] = best
         return arg if keep else None
-
-    @staticmethod
-    def weights(kept: Tensor, n_el: int, dtype: torch.dtype) -> Tensor:
-        return _one_hot(kept, n_el, dtype)
 
 
 LOG: Semiring = _Log()
@@ -141,40 +129,47 @@ def top_down(grad: Tensor, meta: Meta, indices: Sequence[Tensor],
              weights: Callable[[int], Tensor | None]) -> Tensor:
     """Fill ``grad`` ``(n_slots, N)`` (seeded at the roots) downwards, in place, and return it.
 
-    Each group, last first, adds ``weights(g)[i, e] * grad[node i]`` to the rows of element ``e``'s terms
-    (``weights(g)`` is ``(count, E, N)``, or None for a group of AND nodes).
+    Each group, last first, hands every node's value to the terms of its elements: ``weights(g)`` is
+
+    * None (a group of AND nodes, ``E = 1``): to every term;
+    * a float ``(count, E, N)`` tensor: ``w[i, e] * grad[node i]`` to the terms of element ``e``;
+    * an int64 ``(count, N)`` tensor of choices: ``grad[node i]`` to the terms of element ``choice[i]``
+      only (the same as one-hot weights, with ``E`` times less to add).
     """
     batch = grad.shape[1]
     for g in reversed(range(len(meta))):
         start, count, n_el, n_term = meta[g]
         w = weights(g)
         node = grad[start:start + count].unsqueeze(1)  # (count, 1, N)
+        if w is not None and w.dtype == torch.long and n_el <= n_term:  # few elements, many terms: dense is faster
+            w = (torch.arange(n_el, device=w.device).view(1, n_el, 1) == w.unsqueeze(1)).to(grad.dtype)
+        if w is not None and w.dtype == torch.long:  # choices
+            terms = indices[g].view(count, n_el, n_term)
+            src = node.squeeze(1).clone()  # (count, N), apart from grad's memory
+            for a in range(n_term):
+                grad.scatter_add_(0, terms[:, :, a].gather(1, w), src)  # rows of the chosen elements' term a
+            continue
         g_el = node if w is None else w * node  # (count, E, N)
         contrib = g_el.unsqueeze(2).expand(count, n_el, n_term, batch)
         grad.index_add_(0, indices[g], contrib.reshape(count * n_el * n_term, batch))
     return grad
 
 
-def sampled_weights(kept: Tensor, n_samples: int, generator: torch.Generator | None) -> Tensor:
-    """One-hot ``(count, E, S * N)`` of an element drawn per node and sample from the log weights ``(count, E, N)``.
+def sampled_choices(kept: Tensor, n_samples: int, generator: torch.Generator | None) -> Tensor:
+    """``(count, S * N)``: an element drawn per node and sample from the log weights ``(count, E, N)``.
 
     Column ``s * N + j`` is sample ``s`` of column ``j``.  The draw inverts the cumulative weights with
     one uniform per node and sample: element ``e`` is chosen when ``cum[e - 1] <= u * cum[-1] < cum[e]``,
     which needs ``w[e] > 0``, so a zero-weight (impossible) element is never chosen.  A node of value
-    ``-inf`` (all weights 0) gets the out-of-range choice ``E``, an all-zero row: it is never on a
-    sample's path unless the whole example is unsatisfiable, which the caller reports.
+    ``-inf`` (all weights 0) gets the last element: it is on a sample's path only when the whole example
+    has no model, which the caller reports.
     """
     count, n_el, batch = kept.shape
-    cum = kept.transpose(1, 2).cumsum(2)  # (count, N, E)
-    u = torch.rand(count, batch, n_samples, generator=generator, dtype=kept.dtype, device=kept.device)
-    choice = torch.searchsorted(cum, u * cum[:, :, -1:], right=True)  # (count, N, S)
-    return _one_hot(choice.transpose(1, 2).reshape(count, n_samples * batch), n_el, kept.dtype)
-
-
-def _one_hot(choice: Tensor, n_el: int, dtype: torch.dtype) -> Tensor:
-    """``(count, E, N)`` with a 1 at ``choice`` ``(count, N)`` (an out-of-range choice gives a zero row)."""
-    values = torch.arange(n_el, device=choice.device).view(1, n_el, 1)
-    return (values == choice.unsqueeze(1)).to(dtype)
+    cum = kept.cumsum(1)  # (count, E, N)
+    u = torch.rand(count, n_samples, batch, generator=generator, dtype=kept.dtype, device=kept.device)
+    u = u * cum[:, -1:, :]  # (count, S, N)
+    choice = (cum[:, :-1].unsqueeze(2) <= u.unsqueeze(1)).sum(1)  # (count, S, N)
+    return choice.view(count, n_samples * batch)
 
 
 class Evaluate(torch.autograd.Function):
@@ -197,9 +192,7 @@ class Evaluate(torch.autograd.Function):
     def backward(ctx, grad_roots: Tensor):  # (R, N)
         roots, *saved = ctx.saved_tensors
         indices, kept = saved[:len(ctx.meta)], saved[len(ctx.meta):]
-        sr = semiring(ctx.name)
         grad = grad_roots.new_zeros(ctx.n_slots, grad_roots.shape[1])
         grad.index_add_(0, roots, grad_roots)
-        top_down(grad, ctx.meta, indices,
-                 lambda g: None if kept[g] is None else sr.weights(kept[g], ctx.meta[g][2], grad.dtype))
+        top_down(grad, ctx.meta, indices, lambda g: kept[g])
         return (grad[2:2 + ctx.n_leaf], None, None, None, None) + (None,) * len(indices)
