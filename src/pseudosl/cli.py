@@ -18,6 +18,7 @@ import types
 import typing
 from pathlib import Path
 
+from .errors import user_message
 from .experiments.registry import EXPERIMENTS, experiment
 
 __all__ = ["main", "build_parser", "add_config_flags"]
@@ -104,6 +105,7 @@ def _load(args: argparse.Namespace):
 
 def _action(args: argparse.Namespace) -> None:
     exp, cfg = _load(args)
+    cfg.preflight()
     exp.run_action(args.action_name, cfg)
 
 
@@ -161,12 +163,13 @@ def _add_fidelity(sub: argparse._SubParsersAction) -> None:
 def _fidelity(args: argparse.Namespace) -> None:
     import torch
 
+    from .experiments.config import check_device
     from .experiments.fidelity import checkpoint_inputs, hf_inputs, run_fidelity
     if args.n_examples < 1:
         raise ValueError(f"--n-examples must be >= 1, got {args.n_examples}")
     if args.checkpoint is not None and (args.length is not None or args.text is not None):
         raise ValueError("--length and --text apply to --hf-model only (a checkpoint fixes n)")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = check_device(args.device)
     torch.manual_seed(args.seed)
     gen = torch.Generator(device).manual_seed(args.seed)
     if args.checkpoint is not None:
@@ -192,12 +195,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command; an anticipated error prints one line and exits with status 2, Ctrl-C with 130."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, FileNotFoundError) as e:
-        parser.exit(2, f"pseudosl: error: {e}\n")
+    except KeyboardInterrupt:
+        parser.exit(130, "pseudosl: interrupted (checkpoints up to the last finished epoch are kept: --resume "
+                         "continues)\n")
+    except Exception as e:
+        message = user_message(e)
+        if message is None:
+            raise
+        parser.exit(2, f"pseudosl: error: {message}\n")
     return 0
 
 

@@ -100,6 +100,21 @@ class DetoxConfig(RunConfig):
             raise ConfigError(f"ppl_docs = {self.ppl_docs} leaves fewer than 2 of heldout_docs = {self.heldout_docs} "
                               f"for the validation and test prompts; raise heldout_docs or lower ppl_docs")
 
+    def preflight(self) -> None:
+        """The files, folders and key the pipeline reads late, checked before pretraining or sampling starts."""
+        from .scoring import make_scorer
+        from .words import load_words
+        for name, path in (("bad_words", self.bad_words), ("prompts", self.prompts),
+                           ("corpus", self.corpus[5:] if self.corpus.startswith("text:") else None)):
+            if path is not None and not Path(path).is_file():
+                raise ConfigError(f"--{name.replace('_', '-')} {path}: no such file; give an existing file")
+        try:
+            load_words(self.bad_words)
+        except (ValueError, OSError, ImportError) as e:
+            raise ConfigError(f"--bad-words: {e}") from None
+        if self.scorer == "perspective":  # scoring comes after pretraining and sampling: fail now, not then
+            make_scorer("perspective").check_ready()
+
 
 def load_config(path: str | Path | None = None, **overrides) -> DetoxConfig:
     """Fields from the TOML file ``path`` (if any), then ``overrides`` (``None`` values are ignored)."""
