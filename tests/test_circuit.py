@@ -14,7 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import oracle
 from conftest import ATOL32, ATOL64
-from pseudosl import Circuit, CircuitBuilder, CircuitError, Dag
+from pseudosl import Circuit, CircuitBuilder
+from pseudosl.logic.dag import CircuitError, Dag
 from pseudosl.logic.dag import FALSE, TRUE
 
 

@@ -18,7 +18,8 @@ import oracle
 from checks import (assert_queries_match_oracle, assert_samples_match_oracle, random_log_weights,
                     sample_fit)
 from conftest import ATOL64
-from pseudosl import Circuit, CircuitBuilder, compile_automaton, compile_cnf, constraints, no_forbidden_words
+from pseudosl import Circuit, CircuitBuilder, compile_automaton, compile_cnf, constraints
+from pseudosl.compile import no_forbidden_words
 from pseudosl.logic.dag import FALSE
 from test_automaton import dfas, simulate
 from test_circuit import random_circuit

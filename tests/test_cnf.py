@@ -9,9 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oracle
-import pseudosl
 from checks import assert_boolean_matches_oracle, assert_matches_oracle, random_log_weights
-from pseudosl import DimacsFormatError, UnsatisfiableError, compile_cnf, parse_dimacs
+from pseudosl import compile_cnf
+from pseudosl.cache import cache_dir, cached_circuit
+from pseudosl.logic.cnf import parse_dimacs
+from pseudosl.logic.errors import DimacsFormatError, UnsatisfiableError
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -124,13 +126,13 @@ def test_dimacs_error_names_file(tmp_path):
 # -- cache ----------------------------------------------------------------------------------------
 def test_cache_hit_returns_equal_circuit(tmp_path, monkeypatch):
     monkeypatch.setenv("PSEUDOSL_CACHE", str(tmp_path / "cache"))
-    assert pseudosl.cache_dir() == tmp_path / "cache"
+    assert cache_dir() == tmp_path / "cache"
     clauses = [[1, 2, -3], [-1, 3], [2, 4]]
     first = compile_cnf(clauses)
     files = sorted((tmp_path / "cache").iterdir())
     assert len(files) == 1 and files[0].suffix == ".npz"  # no stray temporary files
     calls = []
-    again = pseudosl.cached_circuit(("cnf", 4, tuple(map(tuple, clauses)), "balanced", True),
+    again = cached_circuit(("cnf", 4, tuple(map(tuple, clauses)), "balanced", True),
                                     lambda: calls.append(1))
     assert not calls and again.fingerprint() == first.fingerprint()
     assert compile_cnf(clauses).fingerprint() == first.fingerprint()
@@ -155,6 +157,6 @@ def test_cache_disabled_and_bad_build(tmp_path, monkeypatch):
     compile_cnf([[1, 2]], cache=False)
     assert not list(tmp_path.iterdir())
     with pytest.raises(TypeError, match="must return a pseudosl.Circuit"):
-        pseudosl.cached_circuit("key", lambda: 3)
+        cached_circuit("key", lambda: 3)
     with pytest.raises(TypeError, match="cache key"):
-        pseudosl.cached_circuit(object(), lambda: 3)
+        cached_circuit(object(), lambda: 3)

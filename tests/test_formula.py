@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 
 import oracle
 from checks import assert_matches_oracle, random_log_weights
-from pseudosl import And, Not, Or, UnsatisfiableError, Var, compile_formula, false, iff, implies, true, variables
+from pseudosl import compile_formula, variables
+from pseudosl.logic.errors import UnsatisfiableError
+from pseudosl.logic.formula import And, Not, Or, Var, false, iff, implies, true
 
 N = 5
 

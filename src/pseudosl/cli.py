@@ -1,10 +1,10 @@
 """The ``pseudosl`` command line: ``pseudosl <experiment> train|eval`` (and an experiment's own steps),
 ``pseudosl reproduce``, ``pseudosl fidelity``.
 
-Every experiment registers itself in :data:`EXPERIMENTS` (its name, a one-line help, and where to
-import its :class:`~pseudosl.experiments.harness.Experiment` and presets).  The ``train`` flags are
-made from the experiment's config dataclass, one per field (``n_train`` -> ``--n-train``), so a flag
-and a TOML key are checked by the same code.  An experiment may contribute further steps
+Every experiment registers itself in :data:`pseudosl.experiments.registry.EXPERIMENTS` (its name, a
+one-line help, and where to import its :class:`~pseudosl.experiments.harness.Experiment` and presets).
+The ``train`` flags are made from the experiment's config dataclass, one per field (``n_train`` ->
+``--n-train``), so a flag and a TOML key are checked by the same code.  An experiment may contribute further steps
 (``Experiment.actions``: name -> help, run by ``Experiment.run_action(name, cfg)``, e.g. the detox
 experiment's ``pretrain`` and ``generate``); they take the same config flags as ``train``.
 """
@@ -13,24 +13,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import sys
 import types
 import typing
 from pathlib import Path
 
 from .errors import user_message
+from .experiments.registry import EXPERIMENTS, experiment
 
-__all__ = ["main", "build_parser", "experiment", "add_config_flags", "EXPERIMENTS"]
+__all__ = ["main", "build_parser", "add_config_flags"]
 
-# name -> (one-line help, "module:class" of its Experiment); an experiment adds one line here
-EXPERIMENTS: dict[str, tuple[str, str]] = {
-    "sudoku": ("Sudoku as autoregressive generation (paper Table 1)",
-               "pseudosl.experiments.sudoku.train:SudokuExperiment"),
-    "warcraft": ("Warcraft shortest paths (paper Table 2)", "pseudosl.experiments.warcraft.train:WarcraftExperiment"),
-    "detox": ("Detoxifying a language model: SGEAT and PSL (paper Table 3)",
-              "pseudosl.experiments.detox.train:DetoxExperiment"),
-}
 _NOT_FLAGS = {"preset"}  # set by --preset/--quick
 
 
@@ -66,14 +58,6 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> list[str]:
                                 metavar=f.name.upper())
         names.append(f.name)
     return names
-
-
-def experiment(name: str):
-    """The registered :class:`~pseudosl.experiments.harness.Experiment` called ``name``."""
-    if name not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}")
-    module, cls = EXPERIMENTS[name][1].split(":")
-    return getattr(importlib.import_module(module), cls)()
 
 
 def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:

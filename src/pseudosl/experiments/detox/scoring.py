@@ -72,7 +72,7 @@ class PerspectiveScorer:
     Args:
         api_key_env: environment variable holding the API key (read when a request is needed).
         endpoint: the ``comments:analyze`` URL (a local fake server in tests).
-        cache_dir: folder of the score cache; default ``pseudosl.cache_dir() / "perspective"``.
+        cache_dir: folder of the score cache; default ``pseudosl.cache.cache_dir() / "perspective"``.
         qps: at most this many requests per second (the API's default quota is 1).
         max_retries: retries of one text after a 429, a 5xx or a connection error, waiting
             ``backoff * 2**attempt`` seconds (at most 60; a ``Retry-After`` header is honoured).
@@ -106,7 +106,7 @@ class PerspectiveScorer:
         self.api_key_env, self.endpoint, self.attribute = api_key_env, endpoint, attribute
         self.languages = list(languages)
         self.interval, self.max_retries, self.timeout, self.backoff = 1.0 / qps, max_retries, timeout, backoff
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else pseudosl.cache_dir() / "perspective"
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else pseudosl.cache.cache_dir() / "perspective"
         self.cache_file = self.cache_dir / "scores.jsonl"
         self._check_writable()
         self.cache = self._load_cache()
