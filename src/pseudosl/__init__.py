@@ -17,7 +17,7 @@ from .logic.dag import CircuitBuilder
 from .logic.formula import variables
 from .losses import constraint_log_prob, semantic_loss
 from .psl import (CausalLMEngine, Constraint, Engine, RecurrentDecoder, RecurrentEngine, ValueMap, as_engine,
-                  local_fidelity, no_forbidden_sequences, pseudo_semantic_loss, sample_satisfies)
+                  constrained_sample, local_fidelity, no_forbidden_sequences, pseudo_semantic_loss, sample_satisfies)
 
 __all__ = [
     # constraints -> circuits
@@ -48,5 +48,15 @@ __all__ = [
     "as_engine",
     # how faithful the local approximation is
     "local_fidelity",
-    # constrained generation (issue 17) joins here
+    # constrained generation: outputs that satisfy the constraint
+    "ConstraintLogitsProcessor",
+    "constrained_sample",
 ]
+
+
+def __getattr__(name: str):
+    """``ConstraintLogitsProcessor`` imports ``transformers`` (the ``[lm]`` extra): loaded on first use only."""
+    if name == "ConstraintLogitsProcessor":
+        from .psl import logits_process
+        return logits_process.ConstraintLogitsProcessor
+    raise AttributeError(f"module 'pseudosl' has no attribute {name!r}")
