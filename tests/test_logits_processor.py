@@ -103,6 +103,21 @@ def test_past_the_window_and_errors():
         torch.tensor([[0]]), torch.zeros(1, 2)).isinf().tolist() == [[True, False]]
 
 
+def test_a_value_with_exp_minus_114_of_the_completions_is_allowed():
+    """``y_0 = 1`` forces every later position to 0: 1 completion against 7 * 8^54 = exp(114.2) for the others;
+    its marginal, exp(-114), underflows float32 (below its subnormals), not the float64 the processor picks."""
+    n, k = 55, 8
+    b = pseudosl.CircuitBuilder(n, k)
+    rest_zero = b.and_(*(b.literal(i, 0) for i in range(1, n)))
+    circuit = pseudosl.Circuit(b.build(b.or_(b.and_(b.literal(0, 1), rest_zero), b.in_set(0, [0, 2, 3, 4, 5, 6, 7]))))
+    processor = pseudosl.ConstraintLogitsProcessor(circuit, prompt_length=1)
+    assert processor.dtype == torch.float64
+    assert kept(processor, torch.zeros(1, 1, dtype=torch.long), k).all()
+    x = torch.zeros(1, n, k)  # the same marginal in float32 is 0: the dtype matters
+    assert circuit.marginals(x)[0, 0, 1] == 0 and circuit.marginals(x.double())[0, 0, 1] > 0
+    assert kept(processor, torch.tensor([[0, 1, 0]]), k)[0].tolist() == [True] + [False] * 7  # then only 0
+
+
 def test_a_circuit_too_large_for_float64_marginals_is_refused():
     b = pseudosl.CircuitBuilder(330, 9)  # 330 ln 9 = 725 > 700
     circuit = pseudosl.Circuit(b.build(b.true()))

@@ -9,9 +9,11 @@ so greedy search, sampling and beam search keep every prefix extendable, and a r
 tokens ends in ``alpha``.  Unlike banning the last token of each forbidden sequence (``bad_words_ids``), the
 mask looks ahead: it never leads into a prefix whose every continuation violates ``alpha``.
 
-Exactness.  The marginals are computed in float64 from counts: a positive marginal is at least
-``1 / #completions >= k^-n``, far above float64's smallest number when ``n ln k <= 700`` (checked when the
-processor is built), so no allowed token is masked by underflow, and a forbidden one gets exactly 0.
+Exactness.  The marginals are ratios of counts: a positive marginal (and every weight on the way down) is at
+least ``1 / #completions >= k^-n = exp(-n ln k)``, and a forbidden value gets exactly 0.  They are computed in
+float32 when ``n ln k <= 80`` (float32's smallest normal number is ``exp(-87.3)``; a window of 10 tokens over
+600 values is ``n ln k = 64``), in float64 up to ``n ln k = 700``, and larger circuits are refused when the
+processor is built: no allowed token is ever masked by underflow.
 
 Rows.  Rows whose prefix already has no completion (padding after an end-of-sequence token, or a prefix the
 processor did not make) are left unmasked: there is nothing left to guarantee for them.  After ``n``
@@ -37,6 +39,8 @@ from .sampling import check_count
 
 __all__ = ["ConstraintLogitsProcessor", "MAX_LOG_COMPLETIONS"]
 
+FLOAT32_LOG_COMPLETIONS = 80.0
+"""Up to this ``n ln k`` the marginals run in float32 (its smallest normal number is ``exp(-87.3)``)."""
 MAX_LOG_COMPLETIONS = 700.0
 """``n ln k`` above this could underflow a float64 marginal (``exp(-745)`` is 0): such circuits are refused."""
 
@@ -89,6 +93,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
                              f"exp({log_count:.0f}) completions, so a float64 marginal could underflow to 0 and mask an "
                              f"allowed token; use windows with n ln k <= {MAX_LOG_COMPLETIONS:.0f}")
         self.circuit, self.value_map, self.root = circuit, value_map, root
+        self.dtype = torch.float32 if log_count <= FLOAT32_LOG_COMPLETIONS else torch.float64
 
     @property
     def n_positions(self) -> int:
@@ -100,7 +105,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         (circuit values, ``t < n``); all False in a row whose prefix has no completion."""
         r, t = prefix.shape
         n, k = self.circuit.n_vars, self.circuit.n_values
-        x = torch.zeros(r, n, k, dtype=torch.float64, device=prefix.device)
+        x = torch.zeros(r, n, k, dtype=self.dtype, device=prefix.device)
         x[:, :t] = float("-inf")
         x[:, :t].scatter_(-1, prefix.unsqueeze(-1), 0.0)  # the prefix as one-hot log-probabilities
         return self.circuit.marginals(x, root=self.root)[:, t] > 0
