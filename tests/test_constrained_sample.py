@@ -333,6 +333,8 @@ def test_errors_are_named_before_the_model_runs():
     two = Circuit.from_dag(_two_roots())
     with pytest.raises(ValueError, match="2 roots.*pass root=r.*conjunction"):
         pseudosl.constrained_sample(engine, two, anchors)
+    with pytest.raises(ValueError, match=r"root must be an int in 0..1 \(a root of the circuit\), got 2"):
+        pseudosl.constrained_sample(engine, two, anchors, root=2)
     with pytest.raises(TypeError, match="as_engine"):
         pseudosl.constrained_sample(_never_called, some, anchors)
 

@@ -1,7 +1,9 @@
 """pseudosl: semantic and pseudo-semantic losses for neural networks with logical constraints.
 
 The public API is :data:`__all__`: the compile front-ends and :class:`Circuit`, the losses, the engines
-(:func:`as_engine` makes one from a user's model), :class:`Constraint` and the fidelity study.
+(:func:`as_engine` makes one from a user's model), :class:`Constraint`, the fidelity study and constrained
+generation (:func:`constrained_sample`; :class:`ConstraintLogitsProcessor`, which imports ``transformers`` when
+first used).
 Everything else stays reachable in its submodule: :mod:`pseudosl.logic` (formulas, DAGs, errors),
 :mod:`pseudosl.losses` (``product_log_prob``, ``constraint_entropy``), :mod:`pseudosl.cache`,
 :mod:`pseudosl.psl` (``exact_mode``, ``local_conditionals``, ``LogJointEngine``, ``RecurrentSteps`` ...).

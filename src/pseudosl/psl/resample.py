@@ -121,6 +121,8 @@ def _check(engine: Engine, constraint: Circuit | Constraint, mode: str, num_cand
         raise ValueError(f"this circuit has {circuit.n_roots} roots and an output can be drawn for one constraint: "
                          f"pass root=r (0 <= r < {circuit.n_roots}; the output satisfies that root only), or compile "
                          "the conjunction of the constraints into one root (for a Sudoku: per puzzle, given its givens)")
+    if root is not None and (isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < circuit.n_roots):
+        raise ValueError(f"root must be an int in 0..{circuit.n_roots - 1} (a root of the circuit), got {root!r}")
     if mode not in ("resample", "mpe"):
         raise ValueError(f"mode must be 'resample' or 'mpe', got {mode!r}")
     if mode == "mpe":
