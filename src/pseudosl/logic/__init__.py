@@ -1,5 +1,7 @@
 """Torch-free symbolic layer: circuits, front-ends that build them, automata."""
 
-from .dag import FALSE, TRUE, CircuitBuilder, CircuitError, Dag, LayerPlan
+from .builder import CircuitBuilder
+from .dag import FALSE, TRUE, Dag, LayerPlan
+from .errors import CircuitError, SizeLimitError
 
-__all__ = ["CircuitBuilder", "CircuitError", "Dag", "LayerPlan", "FALSE", "TRUE"]
+__all__ = ["CircuitBuilder", "CircuitError", "Dag", "LayerPlan", "SizeLimitError", "FALSE", "TRUE"]
