@@ -2,6 +2,7 @@
 
 from .builder import CircuitBuilder
 from .dag import FALSE, TRUE, Dag, LayerPlan
-from .errors import CircuitError, SizeLimitError
+from .errors import CircuitError, CircuitFormatError, SizeLimitError
 
-__all__ = ["CircuitBuilder", "CircuitError", "Dag", "LayerPlan", "SizeLimitError", "FALSE", "TRUE"]
+__all__ = ["CircuitBuilder", "CircuitError", "CircuitFormatError", "Dag", "LayerPlan", "SizeLimitError", "FALSE",
+           "TRUE"]

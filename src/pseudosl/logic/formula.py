@@ -37,6 +37,7 @@ __all__ = ["Formula", "Var", "Const", "And", "Or", "Not", "implies", "iff", "tru
            "dag_key"]
 
 _NODES: "weakref.WeakValueDictionary[tuple, Formula]" = weakref.WeakValueDictionary()
+_REPR_LIMIT = 2000
 _LOCK = threading.Lock()
 
 
@@ -182,10 +183,25 @@ class _Op(Formula):
         return (_Op, (self.op, self.args))
 
     def __repr__(self) -> str:
-        if self.op == "not":
-            return f"~{self.args[0]!r}"
-        sep = " & " if self.op == "and" else " | "
-        return "(" + sep.join(repr(a) for a in self.args) + ")"
+        """The expanded formula, cut after ``_REPR_LIMIT`` characters (a DAG can be exponentially long)."""
+        out: list[str] = []
+        size = 0
+        stack: list[Formula | str] = [self]
+        while stack and size <= _REPR_LIMIT:
+            item = stack.pop()
+            if isinstance(item, _Op) and item.op == "not":
+                stack.append(item.args[0])
+                item = "~"
+            elif isinstance(item, _Op):
+                sep = " & " if item.op == "and" else " | "
+                stack.append(")")
+                for i, a in enumerate(reversed(item.args)):  # popped as: a0, sep, a1, ..., ")"
+                    stack.extend([sep, a] if i else [a])
+                item = "("
+            piece = item if isinstance(item, str) else repr(item)
+            out.append(piece)
+            size += len(piece)
+        return "".join(out) + (" ..." if stack else "")
 
 
 def dag_key(formulas: Sequence[Formula]) -> tuple:
