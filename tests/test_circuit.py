@@ -185,19 +185,15 @@ def _raw_dag(kinds, var, value, children, roots, n_vars=2):
 def test_checks_reject_invalid_circuits():
     # nodes: 0 F, 1 T, 2 x0, 3 ~x0, 4 x1, 5 ~x1, 6 AND(x0, x0 | x1) ...
     lits = dict(kinds=[3, 3, 0, 0, 0, 0], var=[0, 0, 0, 0, 1, 1], value=[0, 1, 1, 0, 1, 0])
-    not_decomposable = _raw_dag(lits["kinds"] + [1], lits["var"] + [0], lits["value"] + [0],
-                                [[], [], [], [], [], [], [2, 3]], [6], n_vars=1)
-    with pytest.raises(CircuitError, match="decomposable"):
-        not_decomposable.check_decomposable()
-    # OR(AND(x0, x1), AND(x0, ~x1)) is fine; OR(AND(x0,x1), AND(x0 | ~x0 ..)) overlapping is not
+    with pytest.raises(CircuitError, match="decomposable"):  # a Dag validates itself when it is made
+        _raw_dag(lits["kinds"] + [1], lits["var"] + [0], lits["value"] + [0], [[], [], [], [], [], [], [2, 3]], [6])
+    # OR(AND(x0, x1), AND(x0 | ~x0 ..)) overlapping: smooth and decomposable, not deterministic
     overlapping = _raw_dag(lits["kinds"] + [2, 1, 1, 2], lits["var"] + [0] * 4, lits["value"] + [0] * 4,
                            [[], [], [], [], [], [], [2, 3], [2, 4], [6, 4], [7, 8]], [9])
     with pytest.raises(CircuitError, match="deterministic"):
         overlapping.check_deterministic()
-    unsmooth = _raw_dag(lits["kinds"] + [2], lits["var"] + [0], lits["value"] + [0],
-                        [[], [], [], [], [], [], [2, 4]], [6])
     with pytest.raises(CircuitError, match="smooth"):
-        unsmooth.check_smooth()
+        _raw_dag(lits["kinds"] + [2], lits["var"] + [0], lits["value"] + [0], [[], [], [], [], [], [], [2, 4]], [6])
 
 
 def test_save_load_roundtrip(tmp_path):

@@ -188,6 +188,7 @@ def _tamper(name, index, value):
     (lambda: _with((1, [2, 3]), roots=[6]), r"AND node 6 is not decomposable: variables \[0\]"),
     (lambda: _with((2, [2, 4]), roots=[6]), "OR node 6 is not smooth"),
     (lambda: _with((1, [2, 4]), (1, [3, 5]), (2, [6, 7]), (1, [6, 6]), roots=[8]), "node 9 lists child 6 twice"),
+    (lambda: {**_xor_arrays(), "shape": np.array([50, 2])}, "n_vars is 50 but the circuit has 4 literal nodes"),
     (lambda: _raw(LITS["kinds"], LITS["var"], LITS["value"], [[]] * 6, [2]),
      "root node 2 does not mention every one of the 2 variables"),
 ])

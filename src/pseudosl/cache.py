@@ -65,7 +65,7 @@ def cached_circuit(key_parts: object, build: Callable[[], Circuit], *, enabled: 
     path = cache_dir() / f"{key}.npz"
     if path.is_file():
         try:
-            return Circuit(Dag.load(path, label=key))
+            return Circuit(Dag.load(path, label=key, max_vars=None))  # its size was allowed when it was built
         except (OSError, ValueError) as e:
             warnings.warn(f"ignoring an unreadable or mismatching cached circuit {path} ({e}); rebuilding it")
     circuit = _checked(build())

@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from . import _validation
 from ._validation import require
 from .logic.dag import Dag, LayerPlan
+from .logic.errors import DEFAULT_MAX_VARS
 
 if TYPE_CHECKING:  # pragma: no cover
     from pysdd.sdd import SddNode
@@ -178,15 +179,16 @@ class Circuit(nn.Module):
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "Circuit":
+    def load(cls, path: str | Path, *, max_vars: int | None = DEFAULT_MAX_VARS) -> "Circuit":
         """Read a circuit written by :meth:`save` (the ``.npz`` suffix may be left out): its checksum and
-        structure are checked (:meth:`Dag.load`; a bad file is a ``CircuitFormatError`` naming it)."""
+        structure are checked (:meth:`Dag.load`; a bad file is a ``CircuitFormatError`` naming it, one of
+        more than ``max_vars`` variables a ``SizeLimitError``)."""
         path = Path(path)
         if not path.exists() and path.with_name(path.name + ".npz").exists():
             path = path.with_name(path.name + ".npz")
         if not path.exists():
             raise FileNotFoundError(f"no saved circuit at {path}")
-        return cls(Dag.load(path))
+        return cls(Dag.load(path, max_vars=max_vars))
 
     def fingerprint(self) -> str:
         """SHA-256 of the symbolic circuit (equal circuits, equal fingerprints)."""

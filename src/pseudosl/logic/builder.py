@@ -84,7 +84,9 @@ class CircuitBuilder:
             raise ValueError(f"variable {var} is out of range: this circuit has variables 0..{self.n_vars - 1}")
         if not (0 <= value < self.n_values):
             raise ValueError(f"value {value} of variable {var} is out of range 0..{self.n_values - 1}")
-        return self._make(_LIT, (int(var), int(value)), var=int(var))
+        payload = (int(var), int(value))
+        node = self._index.get((_LIT, payload))
+        return self._make(_LIT, payload, var=payload[0]) if node is None else node
 
     def in_set(self, var: int, values: Iterable[int]) -> int:
         """``[X_var in values]``: an OR of value indicators (deterministic by construction)."""
@@ -98,11 +100,11 @@ class CircuitBuilder:
         """The conjunction of ``children``, which must mention disjoint variables (see the class docs)."""
         kids: set[int] = set()
         for c in children:
-            self._check_id(c)
+            c = self._check_id(c)
             if c == FALSE:
                 return FALSE
             if c != TRUE:
-                kids.add(int(c))
+                kids.add(c)
         if not kids:
             return TRUE
         if len(kids) == 1:
@@ -119,7 +121,7 @@ class CircuitBuilder:
             seen |= m
         node = self._make(_AND, key, mask=seen)
         heads = [(self._var[c], c) for c in key if c in self._var]
-        if heads:  # its literal (or OR of literals) of the lowest such variable: see _one_decision
+        if heads:  # its literal (or OR of literals) of the lowest such variable: see or_
             self._head[node] = min(heads)[1]
         return node
 
@@ -131,11 +133,11 @@ class CircuitBuilder:
         """
         kids: set[int] = set()
         for c in children:
-            self._check_id(c)
+            c = self._check_id(c)
             if c == TRUE:
                 return TRUE
             if c != FALSE:
-                kids.add(int(c))
+                kids.add(c)
         if not kids:
             return FALSE
         if len(kids) == 1:
@@ -144,23 +146,35 @@ class CircuitBuilder:
         node = self._index.get((_OR, key))
         if node is not None:
             return node
-        mask = 0
-        for c in key:
-            mask |= self._vars(c)
-        lit_vars = {self._var.get(c, -1) if self._kind[c] == _LIT else -1 for c in key}
-        one_var = lit_vars.pop() if len(lit_vars) == 1 else -1  # literals of one variable: exclusive values
-        if one_var < 0 and not deterministic:
+        mask, var, taken, literals = 0, -1, 0, True  # var: the common decision variable, -2 if none
+        var_of, head_of, allowed_of = self._var, self._head, self._allowed
+        for c in key:  # one pass: the variables below, and the check's fast path: a decision on one variable
+            v = var_of.get(c)
+            mask |= self._mask[c] if v is None else 1 << v
+            literals = literals and self._kind[c] == _LIT
+            if var != -2:
+                h = head_of.get(c, c)
+                v = var_of.get(h)
+                allowed = allowed_of.get(h, 0) or (1 << self._payload[h][1] if v is not None else 0)
+                if v is None or (var >= 0 and v != var) or taken & allowed:
+                    var = -2
+                else:
+                    var, taken = v, taken | allowed
+        if var < 0 and not deterministic:
             self._check_exclusive(key, mask)
-        return self._make(_OR, key, mask=mask, var=one_var if one_var >= 0 else None)
+        one_var = var if literals and var >= 0 else None  # literals of one variable: an OR of its values
+        return self._make(_OR, key, mask=mask, var=one_var)
 
     def __len__(self) -> int:
         return len(self._kind)
 
-    def _check_id(self, node: int) -> None:
-        if type(node) is int and 0 <= node < len(self._kind):  # the common case first (a bool is refused)
-            return
+    def _check_id(self, node: int) -> int:
+        """``node`` as an ``int`` if it is a node id of this builder (a bool is not)."""
+        if type(node) is int and 0 <= node < len(self._kind):  # the common case first
+            return node
         if not (isinstance(node, np.integer) and 0 <= node < len(self._kind)):
             raise ValueError(f"{node!r} is not a node of this builder (ids 0..{len(self._kind) - 1})")
+        return int(node)
 
     def _make(self, kind: int, payload: tuple[int, ...], mask: int | None = None, var: int | None = None) -> int:
         key = (kind, payload)
@@ -213,8 +227,9 @@ class CircuitBuilder:
         raise AssertionError("overlapping children without a shared variable")  # pragma: no cover
 
     def _check_exclusive(self, kids: tuple[int, ...], mask: int) -> None:
-        """Raise :class:`CircuitError` unless no two of ``kids`` hold on one assignment."""
-        if self._one_decision(kids) or _separated([self._facts(c) for c in kids]):
+        """Raise :class:`CircuitError` unless no two of ``kids`` hold on one assignment (past the fast path
+        of :meth:`or_`: children that are, or are ANDs with, literals of one variable with disjoint values)."""
+        if _separated([self._facts(c) for c in kids]):
             return
         variables = _bits(mask)
         log_count = len(variables) * math.log2(self.n_values)
@@ -233,24 +248,6 @@ class CircuitBuilder:
             f"{self.n_values}^{len(variables)} assignments of its variables is above max_check_assignments="
             f"{self.max_check_assignments}. Build the OR as a decision, raise max_check_assignments, or pass "
             f"deterministic=True if you know no two children hold together")
-
-    def _one_decision(self, kids: tuple[int, ...]) -> bool:
-        """Fast path: every child is, or is an AND with, a literal (or OR of literals) of one common
-        variable, and their value sets are disjoint (SDD elements, automata, the DPs of constraints)."""
-        var, seen = -1, 0
-        for c in kids:
-            h = self._head.get(c, c)
-            v = self._var.get(h)
-            if v is None or (var >= 0 and v != var):
-                return False
-            var = v
-            allowed = self._allowed.get(h)
-            if allowed is None:
-                allowed = 1 << self._payload[h][1]
-            if seen & allowed:
-                return False
-            seen |= allowed
-        return True
 
     def _facts(self, node: int) -> dict[int, int]:
         """Variables ``node`` fixes, as a bitset of the values it allows: from its literals, its

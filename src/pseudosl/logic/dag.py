@@ -14,9 +14,10 @@ in one bottom-up pass provided it is
 * deterministic: the children of an OR are mutually exclusive,
 * smooth: the children of an OR mention the same variables.
 
-:class:`~pseudosl.logic.builder.CircuitBuilder` makes circuits node by node, valid by
-construction; a :class:`Dag` made from arrays (a saved circuit, a direct compiler) is checked by
-:meth:`Dag.validate`: ids, order (no cycle), smoothness and decomposability, in linear time.
+:class:`~pseudosl.logic.builder.CircuitBuilder` makes circuits node by node and checks
+decomposability and determinism as it goes; every :class:`Dag`, whoever made its arrays (the builder,
+a direct compiler, a saved file), is checked when it is constructed by :meth:`Dag.validate`: ids,
+order (no cycle), smoothness and decomposability, in linear time.
 """
 
 from __future__ import annotations
@@ -105,7 +106,10 @@ class LayerPlan:
 
 @dataclass(frozen=True)
 class Dag:
-    """A frozen, smooth circuit: CSR arrays over nodes in topological order.
+    """A frozen, smooth, decomposable circuit: CSR arrays over nodes in topological order.
+
+    Construction runs :meth:`validate` (linear time): arrays that are not such a circuit raise
+    :class:`CircuitError`.  Determinism is the maker's part (the builder checks it node by node).
 
     ``kind[i]`` is 0 literal / 1 AND / 2 OR / 3 constant; ``var[i], value[i]``
     hold literals (constants: ``value`` 0 = FALSE, 1 = TRUE);
@@ -121,6 +125,9 @@ class Dag:
     children: np.ndarray
     roots: np.ndarray
     _plan: list = field(default_factory=list, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.validate()  # a Dag is a valid circuit, whoever made its arrays
 
     # -- properties ---------------------------------------------------------------
     @property
@@ -168,40 +175,39 @@ class Dag:
         be checked this way (:meth:`check_deterministic` enumerates small circuits).
         """
         self._check_arrays()
+        if ((self.kind[self.roots] == _CONST) & (self.value[self.roots] == 0)).all():
+            return  # every root is FALSE: nothing else is read
+        lits = np.flatnonzero(self.kind == _LIT)
+        if len(lits) < self.n_vars:  # before n_vars random numbers are drawn
+            raise CircuitError(f"n_vars is {self.n_vars:,} but the circuit has {len(lits):,} literal nodes: its roots "
+                               f"cannot mention every variable (roots must be smoothed over all variables)")
         kinds, value = self.kind.tolist(), self.value.tolist()
         offsets, children = self.offsets.tolist(), self.children.tolist()
         rng = random.Random(secrets.randbits(128))  # fresh per check: a crafted file cannot aim at it
         code = [rng.getrandbits(128) for _ in range(self.n_vars)]
         bound = self.n_vars << 128  # above it, some variable is counted more than once
         total: list[int | None] = [0] * self.n_nodes  # None: FALSE (fits anywhere)
-        lits = np.flatnonzero(self.kind == _LIT)
         for i, v in zip(lits.tolist(), self.var[lits].tolist()):
             total[i] = code[v]
         for i in range(self.n_nodes):
             k = kinds[i]
-            if k == _CONST:
-                total[i] = None if value[i] == 0 else 0
-            elif k == _AND:
-                t = 0
-                for c in children[offsets[i]:offsets[i + 1]]:
-                    tc = total[c]
-                    if tc is None:
-                        t = None
-                        break
-                    t += tc
+            if k == _AND:
+                try:
+                    t = sum([total[c] for c in children[offsets[i]:offsets[i + 1]]])
+                except TypeError:  # a FALSE child: the AND is FALSE
+                    t = None
                 if t is not None and t > bound:
                     self._name_failure(f"AND node {i} is not decomposable: a variable occurs in two of its children")
                 total[i] = t
             elif k == _OR:
-                t = None
-                for c in children[offsets[i]:offsets[i + 1]]:
-                    tc = total[c]
-                    if tc is not None and t is not None and tc != t:
-                        self._name_failure(f"OR node {i} is not smooth (or not decomposable below): its children "
-                                           f"mention different variables")
-                    if tc is not None:
-                        t = tc
-                total[i] = t
+                sums = {total[c] for c in children[offsets[i]:offsets[i + 1]]}
+                sums.discard(None)  # FALSE children add nothing
+                if len(sums) > 1:
+                    self._name_failure(f"OR node {i} is not smooth (or not decomposable below): its children "
+                                       f"mention different variables")
+                total[i] = sums.pop() if sums else None
+            elif k == _CONST:
+                total[i] = None if value[i] == 0 else 0
         everything = sum(code)
         for r in self.roots.tolist():
             if total[r] is not None and total[r] != everything:
@@ -406,13 +412,13 @@ class Dag:
         if n_vars < 1 or n_values < 2:
             raise CircuitError(f"shape says n_vars={n_vars}, n_values={n_values}; need n_vars >= 1, n_values >= 2")
         check_limit("the circuit's n_vars is", n_vars, max_vars, "max_vars")
-        dag = Dag(n_vars, n_values, *(np.asarray(arrays[k]) for k in ("kind", "var", "value", "offsets",
-                                                                          "children", "roots")))
-        dag._check_arrays()  # before the casts: a float or 2-D array is refused, not truncated
-        dag = Dag(n_vars, n_values, dag.kind.astype(np.int8), *(a.astype(np.int64) for a in (
-            dag.var, dag.value, dag.offsets, dag.children, dag.roots)))
-        dag.validate()
-        return dag
+        raw = {k: np.asarray(arrays[k]) for k in ("kind", "var", "value", "offsets", "children", "roots")}
+        for name, a in raw.items():  # before the casts: a float or 2-D array is refused, not truncated
+            if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+                raise CircuitError(f"{name} must be a 1-D integer array, got {a.dtype} of shape {a.shape}")
+        _first_bad((raw["kind"] < 0) | (raw["kind"] > _CONST), "node {i} has kind {x} (0 literal, 1 AND, 2 OR, "
+                   "3 constant)", raw["kind"])
+        return Dag(n_vars, n_values, raw.pop("kind").astype(np.int8), *(a.astype(np.int64) for a in raw.values()))
 
     def save(self, path: str | Path, *, label: str = "") -> None:
         """Write the arrays, ``label`` and their SHA-256 checksum to ``path`` (an ``.npz`` file)."""

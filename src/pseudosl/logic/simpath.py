@@ -303,9 +303,7 @@ def simple_path_dag(rows: int, cols: int, max_edges: int | None = None, *, progr
     rows, cols = _check_grid(rows, cols)
     bound = normalized_bound(rows, cols, max_edges)
     hi, lo = _explore(rows, cols, bound, progress, max_nodes)
-    dag = _to_dag(len(hi), *_reduce(hi, lo))
-    dag.validate()
-    return dag
+    return _to_dag(len(hi), *_reduce(hi, lo))  # Dag() validates it
 
 
 def _explore(rows: int, cols: int, bound: int | None, progress: bool,
