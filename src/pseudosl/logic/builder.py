@@ -113,16 +113,18 @@ class CircuitBuilder:
         node = self._index.get((_AND, key))
         if node is not None:
             return node
-        seen = 0
+        seen, head, var_of = 0, None, self._var
         for c in key:
-            m = self._vars(c)
+            v = var_of.get(c)
+            m = self._mask[c] if v is None else 1 << v
             if seen & m:
                 return self._overlapping_and(key)
             seen |= m
+            if v is not None and (head is None or v < head[0]):
+                head = (v, c)
         node = self._make(_AND, key, mask=seen)
-        heads = [(self._var[c], c) for c in key if c in self._var]
-        if heads:  # its literal (or OR of literals) of the lowest such variable: see or_
-            self._head[node] = min(heads)[1]
+        if head is not None:  # its literal (or OR of literals) of the lowest such variable: see or_
+            self._head[node] = head[1]
         return node
 
     def or_(self, *children: int, deterministic: bool = False) -> int:
