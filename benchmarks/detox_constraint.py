@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from pseudosl.experiments.detox.constraint import forbidden_sequences, forbidden_sequences_constraint
+import pseudosl
+from pseudosl.experiments.detox.constraint import forbidden_sequences
 from pseudosl.experiments.detox.words import load_words
 
 
@@ -61,7 +62,7 @@ def main() -> None:
         for window in args.window:
             times = []
             for _ in range(args.reps):
-                fw = forbidden_sequences_constraint(seqs, len(tok), window, cache=False)
+                fw = pseudosl.no_forbidden_sequences(seqs, window, len(tok), cache=False)
                 times.append(fw.stats["compile_s"])
             s = fw.stats
             x = torch.randn(args.batch, window, fw.value_map.n_values).log_softmax(-1).requires_grad_()

@@ -36,7 +36,7 @@ from pseudosl import Circuit, CircuitBuilder
 from pseudosl.circuit import _log1mexp
 from pseudosl.losses import constraint_log_prob
 from pseudosl.constraints import compile_all_different
-from pseudosl.psl import CausalLMEngine, RecurrentDecoder, ValueMap, local_conditionals, pseudo_semantic_loss
+from pseudosl.psl import CausalLMEngine, RecurrentDecoder, ValueMap, as_engine, local_conditionals, pseudo_semantic_loss
 
 
 class PeakMemory:
@@ -115,7 +115,7 @@ def bench_lstm(device: torch.device, reps: int, quick: bool) -> list[tuple]:
 
     work_naive, work_eng = b * k * n * n, b * (k * n * (n - 1) // 2 + n)
     t_e, m_e = timed(step(eng), device, reps)
-    t_n, m_n = timed(step(dec.log_joint, n_values=k), device, reps)
+    t_n, m_n = timed(step(as_engine(lambda s, example: dec.log_joint(s), n_values=k)), device, reps)
     return [("(a) LSTM n=81 k=9 h=128 L=5 B=%d" % b, work_naive, work_eng, t_n, t_e, m_n, m_e)]
 
 
@@ -127,8 +127,8 @@ def bench_gpt2(device: torch.device, reps: int, quick: bool) -> list[tuple]:
     cfg = GPT2Config(n_layer=2 if quick else 4, n_embd=256, n_head=4, vocab_size=vocab, n_positions=64)
     model = GPT2LMHeadModel(cfg).to(device).eval()
     prompt = torch.zeros(b, p_len, dtype=torch.long, device=device)
-    naive_eng = CausalLMEngine(model, prompt)  # its __call__ is the naive full-sequence log_joint
-    y = naive_eng.sample(n)
+    naive_eng = CausalLMEngine(model, prompt)  # its log_joint is the naive full-sequence scorer
+    y = naive_eng.sample(length=n)
     # 49 distinguished tokens (not in the sample, so all 450 candidates are distinct) -> 50 circuit values
     vm = ValueMap([t for t in range(1, vocab) if t not in set(y.flatten().tolist())][:49], vocab)
     eng = CausalLMEngine(model, prompt, value_map=vm, top_k=399)
@@ -138,7 +138,7 @@ def bench_gpt2(device: torch.device, reps: int, quick: bool) -> list[tuple]:
     circuit = circuit.to(device)
     with torch.no_grad():  # the same 450 candidates per position for the naive expansion
         out = model(torch.cat([prompt, y], 1)).logits[:, p_len - 1:-1].log_softmax(-1)
-        cand, _, _ = eng._candidates(y, out)
+        cand, _, _ = eng._candidates(y, out, None)
     K = cand.shape[-1]
 
     def run_engine(e=eng):
@@ -147,7 +147,7 @@ def bench_gpt2(device: torch.device, reps: int, quick: bool) -> list[tuple]:
 
     def run_naive():
         model.zero_grad(set_to_none=True)
-        cond = local_conditionals(naive_eng, y, candidates=cand)  # (B, n, 450) over the candidates
+        cond = local_conditionals(naive_eng.log_joint, y, candidates=cand)  # (B, n, 450) over the candidates
         lp = cond.new_full((b, n, vocab), float("-inf")).scatter(-1, cand, cond)
         per_value = vm.fold(lp)
         (-_log1mexp(constraint_log_prob(circuit, per_value).clamp(max=0))).mean().backward()
@@ -205,7 +205,7 @@ def bench_sudoku_step(device: torch.device, reps: int, batch: int, naive: bool) 
         def run_naive():
             model.zero_grad(set_to_none=True)
             eng = model.decoder.engine(ctx, steps)
-            pseudo_semantic_loss(lambda s: eng(s), circuit, y, allowed=allowed).backward()
+            pseudo_semantic_loss(as_engine(eng.log_joint, n_values=k), circuit, y, allowed=allowed).backward()
         t, m = timed(run_naive, device, reps)
         rows.append((f"(c) Sudoku step B={batch}: naive expansion", batch * k * n * n, t, m))
     rows += bench_training_step(device, reps, batch)

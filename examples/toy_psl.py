@@ -14,9 +14,7 @@ import argparse
 
 import torch
 
-from pseudosl import RecurrentDecoder, pseudo_semantic_loss
-from pseudosl.constraints import compile_all_different
-from pseudosl.psl import sample_satisfies
+import pseudosl
 
 
 def main() -> None:
@@ -28,19 +26,19 @@ def main() -> None:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)  # tiny tensors: threads only add overhead
 
-    circuit = compile_all_different(4, 4, [0, 1, 2, 3])
-    model = RecurrentDecoder(n_values=4, length=4, hidden_size=32, num_layers=1, cell="lstm")
+    circuit = pseudosl.constraints.compile_all_different(4, 4, [0, 1, 2, 3])
+    model = pseudosl.RecurrentDecoder(n_values=4, length=4, hidden_size=32, num_layers=1, cell="lstm")
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     eval_gen = torch.Generator().manual_seed(args.seed + 1)
 
     def satisfaction() -> float:
         y = model.sample(batch_size=2000, generator=eval_gen)
-        return sample_satisfies(circuit, y).float().mean().item()
+        return pseudosl.sample_satisfies(circuit, y).float().mean().item()
 
     print(f"step {0:4d}  satisfied {satisfaction():.3f}")
     for step in range(1, args.steps + 1):
         y = model.sample(batch_size=args.batch)  # (B, 4) detached long: the anchors of the loss
-        loss, diag = pseudo_semantic_loss(model.engine(), circuit, y, return_diagnostics=True)
+        loss, diag = pseudosl.pseudo_semantic_loss(pseudosl.as_engine(model), circuit, y, return_diagnostics=True)
         opt.zero_grad()
         loss.backward()
         opt.step()

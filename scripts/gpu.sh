@@ -10,9 +10,15 @@
 #   bash scripts/gpu.sh circuits [B..] # benchmarks/circuits.py --compile at batch 128 and 4096 (or the B given)
 #   bash scripts/gpu.sh checks         # tests, psl and circuits
 #   bash scripts/gpu.sh table1         # start Sudoku Table 1 (paper preset, 15 runs) in the background,
-#                                      # resuming its checkpoints if there are any; returns at once
-#   bash scripts/gpu.sh wait [SECONDS] # follow Table 1 until it ends or SECONDS pass (default 540), then
-#                                      # copy its table, results and curves to the log folder
+#                                      # resuming its checkpoints if there are any, else those of the archive
+#                                      # carried in (.carry/table1/); returns at once
+#   bash scripts/gpu.sh wait [SECONDS] # follow Table 1 until it ends or SECONDS pass (default 480), copy its
+#                                      # table, results and curves to the log folder, pack its run folder
+#                                      # into parts of 16 MB and put the first ones in $OUT/table1-archive
+#   bash scripts/gpu.sh fetch [K]      # put parts K, K+1, ... of the last pack in $OUT/table1-archive (as many
+#                                      # as a call sends back: 8 files, 64 MiB)
+#   bash scripts/gpu.sh keep DIR...    # on the development machine: the parts brought back (DIR = the device
+#                                      # tool's files_at) into .carry/table1/; says what to carry next
 # Several stages run in order: `bash scripts/gpu.sh tests psl table1 wait 300`.
 #
 # Logs and results go to $OUT (the device tool's folder), else to gpu-logs/.  The machine needs Python
@@ -30,6 +36,10 @@ else
     device=cuda preset=paper psl_args=() circuit_args=() batches=(128 4096)
 fi
 table_out=$root/runs/gpu-table1-$preset
+archive_name=gpu-table1-$preset
+packed=$root/runs/gpu-table1-archive   # the last pack, on the GPU machine
+kept=$carry/table1                     # the parts kept on the development machine and carried in
+per_call=3                             # parts of 16 MB carried in per device call (64 MiB with the checkout)
 py=${PYTHON:-python3}
 
 ready=0
@@ -84,20 +94,28 @@ bench_circuits() {  # batch sizes as arguments (default: 128 and 4096)
     done
 }
 
+archive() { "$py" -m pseudosl.experiments.archive "$@"; }
+
 table1() {
     setup
     local resume=()
+    if ! compgen -G "$table_out/*/checkpoint.pt" >/dev/null && [ -f "$kept/$archive_name.json" ]; then
+        echo "== unpacking the carried archive $kept/$archive_name.json =="
+        archive unpack "$kept/$archive_name.json" "$table_out" --extra-to "$root/runs" || {  # the log goes on
+            echo "carry every part listed above in (bash scripts/gpu.sh keep prints the lists), then table1 again" >&2
+            return 1; }
+    fi
     compgen -G "$table_out/*/checkpoint.pt" >/dev/null && resume=(--resume)
     echo "== Table 1 ($preset preset) -> $table_out ${resume[*]} =="
     mkdir -p "$root/runs"
     date +%s >"$root/runs/gpu-table1.start"
     setsid nohup "$py" -m pseudosl.cli sudoku train --preset "$preset" --out "$table_out" "${resume[@]}" \
-        >"$root/runs/gpu-table1.log" 2>&1 </dev/null &
+        >>"$root/runs/gpu-table1.log" 2>&1 </dev/null &
     echo $! >"$root/runs/gpu-table1.pid"
 }
 
 wait_table1() {
-    local limit=${1:-540} pid
+    local limit=${1:-480} pid
     pid=$(cat "$root/runs/gpu-table1.pid")
     local t0=$SECONDS
     while kill -0 "$pid" 2>/dev/null && (( SECONDS - t0 < limit )); do sleep 10; done
@@ -113,7 +131,62 @@ wait_table1() {
         [ -f "$table_out/$f" ] && cp "$table_out/$f" "$logs/table1_$f"
     done
     [ -f "$table_out/table.txt" ] && cat "$table_out/table.txt"
+    if compgen -G "$table_out/*/checkpoint.pt" >/dev/null; then
+        echo "== packing $table_out (finished runs keep their selected weights only) =="
+        setup
+        archive pack "$table_out" "$packed" --name "$archive_name" --extra "$root/runs/gpu-table1.log"
+        fetch 0
+    fi
     return 0
+}
+
+room() {  # parts of 16 MB that still fit in what a device call sends back: 8 files, 64 MiB in all
+    local files bytes
+    files=$(find "$logs" -type f | wc -l)
+    bytes=$(find "$logs" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+    local by_files=$(( 8 - files )) by_bytes=$(( (67108864 - bytes - 1048576) / 16000000 ))
+    echo $(( by_files < by_bytes ? by_files : by_bytes ))
+}
+
+fetch() {  # parts K.. of the last pack and its manifest into $logs/table1-archive, as many as come back
+    local k=${1:-0} manifest=$packed/$archive_name.json
+    [ -f "$manifest" ] || { echo "no pack at $manifest: run wait first" >&2; return 1; }
+    mkdir -p "$logs/table1-archive"
+    cp "$manifest" "$logs/table1-archive/"
+    local parts=("$packed/$archive_name".tgz.*) i n
+    n=$(room)
+    for (( i = k; i < k + n && i < ${#parts[@]}; i++ )); do cp "${parts[$i]}" "$logs/table1-archive/"; done
+    if (( k + per_call < ${#parts[@]} )); then
+        echo "archive: parts $k..$(( i - 1 )) of ${#parts[@]} in \$OUT/table1-archive; in the next call: bash scripts/gpu.sh fetch $i"
+    else
+        echo "archive: parts $k..$(( i - 1 )) of ${#parts[@]} in \$OUT/table1-archive (the last)"
+    fi
+}
+
+keep() {  # on the development machine: parts brought back (files_at folders) into $kept, then what to carry
+    setup
+    mkdir -p "$kept"
+    local dir new
+    for dir in "$@"; do
+        [ -d "$dir/table1-archive" ] && dir=$dir/table1-archive
+        new=$dir/$archive_name.json
+        [ -f "$new" ] || { echo "no $archive_name.json in $dir" >&2; return 1; }
+        if ! cmp -s "$new" "$kept/$archive_name.json"; then  # a newer pack: its parts replace the older ones
+            rm -f "$kept/$archive_name".tgz.* "$kept/$archive_name.json"
+            cp "$new" "$kept/"
+        fi
+        cp "$dir/$archive_name".tgz.* "$kept/" 2>/dev/null || true
+    done
+    archive status "$kept/$archive_name.json" || true
+    local parts=("$kept/$archive_name".tgz.*) i=0 call=1 list
+    echo "next GPU slot, the device tool's carry per call (then: bash scripts/gpu.sh table1 wait 480):"
+    while (( i < ${#parts[@]} )); do
+        list=""
+        (( call == 1 )) && list='".carry/wheels", ".carry/circuits", ".carry/table1/'$archive_name'.json", '
+        for (( j = i; j < i + per_call && j < ${#parts[@]}; j++ )); do list+="\".carry/table1/$(basename "${parts[$j]}")\", "; done
+        echo "  call $call: [${list%, }]"
+        i=$j; call=$(( call + 1 ))
+    done
 }
 
 [ $# -gt 0 ] || { sed -n '2,/^set /p' "$0" | sed '$d'; exit 2; }
@@ -126,7 +199,10 @@ while [ $# -gt 0 ]; do
         checks) tests; bench_psl; bench_circuits ;;
         table1) table1 ;;
         wait) if [[ ${2:-} =~ ^[0-9]+$ ]]; then wait_table1 "$2"; shift; else wait_table1; fi ;;
-        *) echo "unknown stage '$1' (prepare, tests, psl, circuits [BATCH...], checks, table1, wait [SECONDS])" >&2; exit 2 ;;
+        fetch) if [[ ${2:-} =~ ^[0-9]+$ ]]; then fetch "$2"; shift; else fetch; fi ;;
+        keep) shift; keep "$@"; exit ;;
+        *) echo "unknown stage '$1' (prepare, tests, psl, circuits [BATCH...], checks, table1, wait [SECONDS]," \
+                "fetch [K], keep DIR...)" >&2; exit 2 ;;
     esac
     shift
 done

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -58,3 +59,89 @@ def assert_boolean_matches_oracle(circuit, truths: Sequence[np.ndarray], logits:
         got.sum().backward()
         want.sum().backward()
         torch.testing.assert_close(l1.grad, l2.grad, atol=ATOL64, rtol=0)
+
+
+def assert_queries_match_oracle(circuit, truths: Sequence[np.ndarray], x: torch.Tensor,
+                                allowed: torch.Tensor | None = None) -> None:
+    """The max semiring, :meth:`~pseudosl.Circuit.mpe` and :meth:`~pseudosl.Circuit.marginals` of every
+    root vs enumeration (float64): MPE values, that each returned assignment satisfies its root and
+    ``allowed`` and attains the maximum (ties: any maximiser), marginals, and the no-model sentinels."""
+    n, k = circuit.n_vars, circuit.n_values
+    xa = x if allowed is None else x.masked_fill(~allowed, float("-inf"))
+    w = oracle.log_weights(xa)  # (B, A)
+    got_max = _as_columns(circuit(xa, semiring="max"))
+    for r, truth in enumerate(truths):
+        want = oracle.max_log_weight(truth, xa)
+        unsat = torch.isneginf(want)
+        assert torch.equal(torch.isneginf(got_max[:, r]), unsat)
+        torch.testing.assert_close(got_max[~unsat, r], want[~unsat], atol=ATOL64, rtol=0)
+        mpe = circuit.mpe(x, allowed, root=r)
+        assert mpe.values.shape == (len(x), n) and mpe.values.dtype == torch.int64 and mpe.log_prob.shape == (len(x),)
+        assert (mpe.values[unsat] == -1).all() and torch.isneginf(mpe.log_prob[unsat]).all()
+        vals = mpe.values[~unsat]
+        assert ((vals >= 0) & (vals < k)).all()
+        idx = oracle.assignment_index(vals, k)
+        assert torch.as_tensor(truth)[idx].all(), "an MPE assignment does not satisfy its root"
+        if allowed is not None:
+            assert allowed[~unsat].gather(2, vals.unsqueeze(2)).all(), "an MPE assignment breaks allowed"
+        attained = w[~unsat].gather(1, idx.unsqueeze(1)).squeeze(1)
+        torch.testing.assert_close(attained, want[~unsat], atol=ATOL64, rtol=0)
+        torch.testing.assert_close(mpe.log_prob[~unsat], attained, atol=ATOL64, rtol=0)
+        mu = circuit.marginals(x, allowed, root=r)
+        assert mu.shape == (len(x), n, k) and mu.dtype == x.dtype
+        torch.testing.assert_close(mu, oracle.marginals(truth, xa), atol=1e-8, rtol=0)
+
+
+def sample_fit(counts: torch.Tensor, p: torch.Tensor) -> tuple[float, float, float]:
+    """How well ``counts`` ``(A,)`` of ``S`` draws fit the distribution ``p`` ``(A,)``.
+
+    Returns ``(l1, bound, p_value)``: the L1 distance of the empirical distribution from ``p``; a bound it
+    exceeds with probability below 1e-9 when the draws come from ``p`` (``E[l1] <= sum_a sqrt(p_a (1 - p_a) / S)``,
+    and ``l1`` moves by at most ``2 / S`` per draw, so McDiarmid adds ``sqrt(2 ln(1e9) / S)``); and the
+    chi-square goodness-of-fit p-value, categories expecting fewer than 5 draws merged into one.
+    """
+    p, counts = p.double(), counts.double()
+    s = counts.sum()
+    l1 = float((counts / s - p).abs().sum())
+    bound = float((p * (1 - p) / s).sqrt().sum() + math.sqrt(2 * math.log(1e9) / s))
+    expected = p * s
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum().view(1)])
+    exp = torch.cat([expected[big], expected[~big].sum().view(1)])
+    keep = exp > 0
+    obs, exp = obs[keep], exp[keep]
+    if len(exp) > 1 and exp[-1] < 5:  # a small merged bin joins the smallest large one
+        j = int(exp[:-1].argmin())
+        obs[j] += obs[-1]
+        exp[j] += exp[-1]
+        obs, exp = obs[:-1], exp[:-1]
+    stat = ((obs - exp) ** 2 / exp).sum()
+    df = len(exp) - 1
+    p_value = 1.0 if df == 0 else float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2))
+    return l1, bound, p_value
+
+
+def assert_samples_match_oracle(circuit, truth: np.ndarray, x: torch.Tensor, n_samples: int, seed: int,
+                                root: int = 0, allowed: torch.Tensor | None = None) -> None:
+    """:meth:`~pseudosl.Circuit.sample` vs the exact ``q(y | truth AND allowed)`` (float64): shapes, sentinels,
+    every sample a model, ``log_prob`` / ``log_partition``, and per example the L1 bound and the chi-square test."""
+    n, k = circuit.n_vars, circuit.n_values
+    xa = x if allowed is None else x.masked_fill(~allowed, float("-inf"))
+    s = circuit.sample(x, n_samples, allowed=allowed, root=root, generator=torch.Generator().manual_seed(seed))
+    batch = len(x)
+    assert s.values.shape == (n_samples, batch, n) and s.values.dtype == torch.int64
+    assert s.log_prob.shape == (n_samples, batch) and s.log_partition.shape == (batch,)
+    want_z = oracle.log_wmc(truth, xa)
+    unsat = torch.isneginf(want_z)
+    assert torch.equal(torch.isneginf(s.log_partition), unsat)
+    torch.testing.assert_close(s.log_partition[~unsat], want_z[~unsat], atol=ATOL64, rtol=0)
+    assert (s.values[:, unsat] == -1).all() and torch.isneginf(s.log_prob[:, unsat]).all()
+    p = oracle.conditional(truth, xa)  # (B, A)
+    w = oracle.log_weights(xa)
+    for b in torch.nonzero(~unsat).flatten().tolist():
+        idx = oracle.assignment_index(s.values[:, b], k)  # (S,)
+        assert (p[b, idx] > 0).all(), "a sample is not a model of the constraint and allowed"
+        torch.testing.assert_close(s.log_prob[:, b], w[b, idx], atol=ATOL64, rtol=0)
+        l1, bound, p_value = sample_fit(torch.bincount(idx, minlength=p.shape[1]), p[b])
+        assert l1 <= bound, f"example {b}: L1 {l1:.4f} from q(. | alpha) exceeds the bound {bound:.4f}"
+        assert p_value > 1e-6, f"example {b}: chi-square p-value {p_value:.2e}"

@@ -38,7 +38,7 @@ def log_wmc(truth: np.ndarray, x: Tensor) -> Tensor:
     w = log_weights(x)
     mask = torch.as_tensor(truth, device=x.device)
     if not mask.any():  # unsatisfiable: -inf, still attached to x (zero gradient)
-        return w[:, 0] * 0 - float("inf")
+        return w[:, 0].masked_fill(torch.ones_like(w[:, 0], dtype=torch.bool), float("-inf"))
     return torch.logsumexp(w[:, mask], dim=1)
 
 
@@ -52,3 +52,30 @@ def conditional_entropy(truth: np.ndarray, x: Tensor) -> Tensor:
 def boolean_to_categorical(logp_true: Tensor) -> Tensor:
     """``(B, n)`` log P(true) -> ``(B, n, 2)`` with index 1 = true (float64-accurate)."""
     return torch.stack([torch.log1p(-logp_true.exp()), logp_true], dim=-1)
+
+
+def max_log_weight(truth: np.ndarray, x: Tensor) -> Tensor:
+    """``(B,)`` ``max_{y |= truth} sum_v x[b, v, y_v]`` (the MPE value; ``-inf`` where ``truth`` has no model)."""
+    w = log_weights(x)
+    return w.masked_fill(~torch.as_tensor(truth, device=x.device), float("-inf")).amax(1)
+
+
+def conditional(truth: np.ndarray, x: Tensor) -> Tensor:
+    """``(B, k**n)`` ``q(y | truth)`` over :func:`assignments` (rows of 0 where ``truth`` has no model, or no weight)."""
+    w = log_weights(x).masked_fill(~torch.as_tensor(truth, device=x.device), float("-inf"))
+    z = torch.logsumexp(w, 1, keepdim=True)
+    return torch.where(torch.isneginf(z), torch.zeros_like(w), (w - z.masked_fill(torch.isneginf(z), 0.0)).exp())
+
+
+def marginals(truth: np.ndarray, x: Tensor) -> Tensor:
+    """``(B, n, k)`` ``q(y_v = c | truth)`` (0 where ``truth`` has no model)."""
+    b, n, k = x.shape
+    p = conditional(truth, x)  # (B, A)
+    onehot = torch.nn.functional.one_hot(torch.as_tensor(assignments(n, k), device=x.device), k).to(p.dtype)  # (A, n, k)
+    return torch.einsum("ba,avc->bvc", p, onehot)
+
+
+def assignment_index(values: Tensor, k: int) -> Tensor:
+    """Position in :func:`assignments` of each assignment ``(..., n)`` (the last variable varies fastest)."""
+    n = values.shape[-1]
+    return (values * torch.tensor([k ** (n - 1 - v) for v in range(n)], device=values.device)).sum(-1)

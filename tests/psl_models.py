@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 import oracle
+import pseudosl
 from pseudosl import Circuit, CircuitBuilder
 
 
@@ -24,6 +25,14 @@ class TableModel(torch.nn.Module):
 
     def forward(self, y: Tensor) -> Tensor:
         return self.table()[tuple(y.t())]
+
+    def log_joint(self, y: Tensor, example: Tensor) -> Tensor:
+        """``log p(y)`` of every row (no inputs: ``example`` is not needed)."""
+        return self(y)
+
+    def engine(self) -> "pseudosl.Engine":
+        """The table as an engine: the generic path (every neighbour scored through the table)."""
+        return pseudosl.as_engine(self.log_joint, n_values=self.n_values)
 
     def oracle_conditionals(self, sample: Tensor) -> Tensor:
         """``(B, n, k)`` conditionals read off the joint table by slicing (independent of neighbour building)."""

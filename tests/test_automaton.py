@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 import oracle
 from conftest import ATOL64
 from checks import assert_matches_oracle, random_log_weights
-from pseudosl import DFA, compile_automaton, forbidden_words_dfa, no_forbidden_words
+from pseudosl import DFA, compile_automaton
+from pseudosl.compile import no_forbidden_words
+from pseudosl.logic.automaton import forbidden_words_dfa
 
 
 @st.composite

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -9,10 +10,12 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import oracle
 from conftest import ATOL32, ATOL64
-from pseudosl import Circuit, CircuitBuilder, CircuitError, Dag
+from pseudosl import Circuit, CircuitBuilder
+from pseudosl.logic.dag import CircuitError, Dag
 from pseudosl.logic.dag import FALSE, TRUE
 
 
@@ -247,3 +250,84 @@ def test_bad_inputs_raise_clear_errors():
         b.and_(99)
     with pytest.raises(ValueError, match="n_values"):
         CircuitBuilder(2, 1)
+
+
+# -- issue 19: subnormal inputs, batches too large for memory ----------------------------------------
+def test_log1mexp_of_subnormal_inputs():
+    """log(1 - exp(x)) for x between float32's smallest subnormal and 0 (it used to clamp at -tiny: -87.34)."""
+    from pseudosl.circuit import _log1mexp
+    for dtype, xs in ((torch.float32, [-1e-45, -1e-40, -1.1e-38, -1.2e-38, -1e-30, -1e-8, -0.3, -0.7, -1.0, -60.0]),
+                      (torch.float64, [-5e-324, -1e-310, -2.3e-308, -1e-200, -1e-17, -0.5, -3.0, -800.0])):
+        x = torch.tensor(xs, dtype=dtype)
+        expect = torch.tensor([math.log(-math.expm1(v)) if v > -0.7 else math.log1p(-math.exp(v)) for v in x.tolist()],
+                              dtype=torch.float64)
+        torch.testing.assert_close(_log1mexp(x).double(), expect, rtol=2 * torch.finfo(dtype).eps, atol=0)
+    assert _log1mexp(torch.tensor([-1e-45])).item() == pytest.approx(-103.2789, abs=1e-4)
+    assert torch.isneginf(_log1mexp(torch.tensor([0.0, -0.0]))).all()
+    b = CircuitBuilder(1, 2)
+    circuit = Circuit(b.build(b.literal(0, 0)))  # "X_0 is false": log P = log1mexp(log P(true))
+    x = torch.tensor([[-1e-45], [-1e-30], [0.0]], requires_grad=True)
+    out = circuit.log_prob(x)
+    assert out[0].item() == pytest.approx(-103.2789, abs=1e-4) and out[1].item() == pytest.approx(-69.0776, abs=1e-4)
+    assert torch.isneginf(out[2])
+    g, = torch.autograd.grad(out[:2].sum(), x)
+    assert torch.isfinite(g).all()
+
+
+class _Allocations(TorchDispatchMode):
+    """Records the shape of every op output of more than ``limit`` bytes that is not a view."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit, self.large = limit, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for o in torch.utils._pytree.tree_leaves(out):
+            if isinstance(o, torch.Tensor) and o.numel() * o.element_size() > self.limit and o._base is None \
+                    and not func._schema.is_mutable and "alias" not in str(func._schema):
+                self.large.append((func.__name__, tuple(o.shape)))
+        return out
+
+
+def test_huge_batch_runs_in_chunks_without_gradients():
+    """4e8 rows on the meta device (no memory): without autograd no intermediate exceeds chunk_bytes."""
+    circuit, _ = random_circuit(31, 3, 2, 2)
+    circuit = circuit.to("meta")
+    circuit.chunk_bytes = 1 << 26
+    rows = 400_000_000
+    for x in (torch.empty(rows, 3, device="meta"), torch.empty(rows, 3, 2, device="meta")):
+        with torch.no_grad(), _Allocations(circuit.chunk_bytes) as seen:
+            out = circuit.log_prob(x)
+        assert out.shape == (rows, 2)
+        assert all(shape == (rows, 2) for _, shape in seen.large), seen.large  # the result only
+    small = random_circuit(31, 3, 2, 2)[0].double()
+    x = torch.randn(300, 3, 2, dtype=torch.float64).log_softmax(-1)
+    whole = small.log_prob(x)
+    small.chunk_bytes = 1000  # a few rows per chunk
+    assert len(small._chunks(300, small._row_bytes(x, keep=False), x.device)) > 10
+    assert torch.equal(small.log_prob(x), whole)
+
+
+def test_huge_batch_with_gradients_is_refused_by_name(monkeypatch):
+    import pseudosl.circuit
+    circuit, _ = random_circuit(31, 3, 2, 2)
+    x = torch.empty(400_000_000, 3, 2, device="meta", requires_grad=True)
+    monkeypatch.setattr(pseudosl.circuit, "_free_bytes", lambda device: 4 << 30)
+    with pytest.raises(MemoryError, match=r"batch of 400000000 rows with gradients needs about .* GiB .*"
+                                          r"more than the 4.0 GiB free on meta: pass smaller batches.*torch.no_grad"):
+        Circuit(circuit.dag).to("meta").log_prob(x)
+    cpu = torch.zeros(64, 3, 2, requires_grad=True)
+    circuit.chunk_bytes = 1
+    monkeypatch.setattr(pseudosl.circuit, "_free_bytes", lambda device: 1000)
+    with pytest.raises(MemoryError, match="rows with gradients"):
+        circuit.log_prob(cpu)
+    monkeypatch.setattr(pseudosl.circuit, "_free_bytes", lambda device: 1 << 40)
+    circuit.log_prob(cpu).sum().backward()  # fits: runs as before
+
+
+def test_free_memory_is_known_on_linux():
+    from pseudosl.circuit import _free_bytes
+    free = _free_bytes(torch.device("cpu"))
+    assert free is None or free > 0
+    assert _free_bytes(torch.device("meta")) is None

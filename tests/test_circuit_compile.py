@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch._dynamo
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import oracle
 from conftest import ATOL64
@@ -203,3 +204,75 @@ def test_reduce_overhead_mode_on_cuda():
         g_exp, = torch.autograd.grad(expect.sum(), x64)
         assert torch.allclose(out.double().cpu(), expect, atol=1e-4)
         assert torch.allclose(g.double().cpu(), g_exp, atol=1e-4)
+
+
+class _HostReads(TorchDispatchMode):
+    """Records ops that read tensor values on the host (a GPU would wait for them)."""
+    READS = ("_local_scalar_dense", "nonzero", "equal", "is_nonzero", "item")
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.split(".")[0] in self.READS:
+            self.seen.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_queries_never_read_values_on_the_host(monkeypatch):
+    """MPE, samples, marginals and the max semiring on ``meta`` tensors (no data: a host read raises),
+    then on CPU with the value checks off (as on a GPU), recording any op that reads values."""
+    circuit, _ = satisfiable_circuit(12, roots=2)
+    meta = Circuit(circuit.dag).to("meta")
+    x = torch.empty(4, 3, 3, device="meta")
+    allowed = torch.empty(4, 3, 3, dtype=torch.bool, device="meta")
+    assert meta.mpe(x, allowed, root=1).values.shape == (4, 3)
+    s = meta.sample(x, 5, allowed=allowed, root=0)
+    assert s.values.shape == (5, 4, 3) and s.log_prob.shape == (5, 4) and s.log_partition.shape == (4,)
+    assert meta.marginals(x, allowed, root=1).shape == (4, 3, 3)
+    assert meta(x, semiring="max").shape == (4, 2)
+    boolean = Circuit(random_circuit(2, 3, 2)[0].dag).to("meta")
+    assert boolean.sample(torch.empty(6, 3, device="meta"), 2).values.shape == (2, 6, 3)
+    import pseudosl._validation
+    monkeypatch.setattr(pseudosl._validation, "reads_values", lambda t: False)
+    x = torch.randn(4, 3, 3).log_softmax(-1)
+    allowed = torch.rand(4, 3, 3) > 0.2
+    with _HostReads() as reads:
+        circuit.mpe(x, allowed, root=1)
+        circuit.sample(x, 5, allowed=allowed, root=0, generator=torch.Generator().manual_seed(0))
+        circuit.marginals(x, allowed, root=1)
+        circuit(x.requires_grad_(), semiring="max").sum().backward()
+    assert reads.seen == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_queries_on_cuda_match_cpu_without_synchronising():
+    circuit, truths = satisfiable_circuit(13, n=3, k=3, roots=2)
+    x = torch.randn(6, 3, 3, dtype=torch.float64).log_softmax(-1)
+    allowed = torch.rand(6, 3, 3, generator=torch.Generator().manual_seed(0)) > 0.2
+    gpu = Circuit(circuit.dag).cuda()
+    xc, ac = x.cuda(), allowed.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any implicit host synchronisation raises
+    try:
+        mpe = gpu.mpe(xc, ac, root=1)
+        mu = gpu.marginals(xc, ac, root=0)
+        s = gpu.sample(xc, 20000, allowed=ac, root=0, generator=torch.Generator("cuda").manual_seed(0))
+        best = gpu(xc, semiring="max")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    cpu_mpe = circuit.mpe(x, allowed, root=1)
+    torch.testing.assert_close(mpe.log_prob.cpu(), cpu_mpe.log_prob, atol=ATOL64, rtol=0)
+    torch.testing.assert_close(mu.cpu(), circuit.marginals(x, allowed, root=0), atol=ATOL64, rtol=0)
+    torch.testing.assert_close(best.cpu(), circuit(x, semiring="max"), atol=ATOL64, rtol=0)
+    from checks import sample_fit
+    xa = x.masked_fill(~allowed, float("-inf"))
+    p = oracle.conditional(truths[0], xa)
+    for b in range(6):
+        if p[b].sum() > 0:
+            idx = oracle.assignment_index(s.values[:, b].cpu(), 3)
+            l1, bound, p_value = sample_fit(torch.bincount(idx, minlength=p.shape[1]), p[b])
+            assert l1 <= bound and p_value > 1e-6
+        else:
+            assert (s.values[:, b] == -1).all()

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 import oracle
 from checks import random_log_weights
 from conftest import ATOL64
-from pseudosl import Circuit, CircuitBuilder, CircuitError, Dag
+from pseudosl import Circuit, CircuitBuilder
+from pseudosl.logic import CircuitError, Dag
 from pseudosl.logic.dag import FALSE
 from pseudosl.logic.errors import CircuitFormatError, SizeLimitError
 

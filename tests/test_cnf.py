@@ -9,9 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oracle
-import pseudosl
 from checks import assert_boolean_matches_oracle, assert_matches_oracle, random_log_weights
-from pseudosl import DimacsFormatError, UnsatisfiableError, compile_cnf, parse_dimacs
+from pseudosl import compile_cnf
+from pseudosl.cache import cache_dir, cached_circuit
+from pseudosl.logic.cnf import parse_dimacs
+from pseudosl.logic.errors import DimacsFormatError, SizeLimitError, UnsatisfiableError
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -127,16 +129,16 @@ def test_binary_dimacs_is_named(tmp_path):
     ([[2**70]], r"n_vars \(from the largest variable of the clauses\) is 1,180,591,620,717,411,303,424, above max_vars"),
 ])
 def test_huge_cnf_is_refused_before_any_work(source, match):
-    with pytest.raises(pseudosl.logic.SizeLimitError, match=match):
+    with pytest.raises(SizeLimitError, match=match):
         compile_cnf(source)
 
 
 def test_size_limits_can_be_raised():
-    with pytest.raises(pseudosl.logic.SizeLimitError, match="n_vars is 6, above max_vars=5"):
+    with pytest.raises(SizeLimitError, match="n_vars is 6, above max_vars=5"):
         compile_cnf([[1, 2]], n_vars=6, max_vars=5, cache=False)
     assert compile_cnf([[1, 2]], n_vars=6, max_vars=6, cache=False).n_vars == 6
     clauses = [[v, -(v % 12 + 1)] for v in range(1, 13)] + [[1, 5, 9]]
-    with pytest.raises(pseudosl.logic.SizeLimitError, match="compiling through PySDD: .* above max_nodes=10"):
+    with pytest.raises(SizeLimitError, match="compiling through PySDD: .* above max_nodes=10"):
         compile_cnf(clauses, max_nodes=10, cache=False)
     c = compile_cnf(clauses, max_nodes=None, cache=False)
     truth = oracle.truth_of(lambda y: satisfies(clauses, y), 12, 2)
@@ -154,13 +156,13 @@ def test_dimacs_error_names_file(tmp_path):
 # -- cache ----------------------------------------------------------------------------------------
 def test_cache_hit_returns_equal_circuit(tmp_path, monkeypatch):
     monkeypatch.setenv("PSEUDOSL_CACHE", str(tmp_path / "cache"))
-    assert pseudosl.cache_dir() == tmp_path / "cache"
+    assert cache_dir() == tmp_path / "cache"
     clauses = [[1, 2, -3], [-1, 3], [2, 4]]
     first = compile_cnf(clauses)
     files = sorted((tmp_path / "cache").iterdir())
     assert len(files) == 1 and files[0].suffix == ".npz"  # no stray temporary files
     calls = []
-    again = pseudosl.cached_circuit(("cnf", 4, tuple(map(tuple, clauses)), "balanced", True),
+    again = cached_circuit(("cnf", 4, tuple(map(tuple, clauses)), "balanced", True),
                                     lambda: calls.append(1))
     assert not calls and again.fingerprint() == first.fingerprint()
     assert compile_cnf(clauses).fingerprint() == first.fingerprint()
@@ -185,9 +187,9 @@ def test_cache_disabled_and_bad_build(tmp_path, monkeypatch):
     compile_cnf([[1, 2]], cache=False)
     assert not list(tmp_path.iterdir())
     with pytest.raises(TypeError, match="must return a pseudosl.Circuit"):
-        pseudosl.cached_circuit("key", lambda: 3)
+        cached_circuit("key", lambda: 3)
     with pytest.raises(TypeError, match="cache key"):
-        pseudosl.cached_circuit(object(), lambda: 3)
+        cached_circuit(object(), lambda: 3)
 
 
 def test_cache_rebuilds_truncated_tampered_and_swapped_entries(tmp_path, monkeypatch):

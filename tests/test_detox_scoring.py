@@ -143,10 +143,46 @@ def test_cache_survives_restart_and_interruption(fake, tmp_path):
     n = len(fake.requests)
     with open(tmp_path / "cache" / "scores.jsonl", "a") as f:
         f.write('{"key": "abc", "sco')  # a line cut by a kill
-    with pytest.warns(UserWarning, match="unreadable cache line"):
+    with pytest.warns(UserWarning, match="unreadable or invalid cache line"):
         third = client(fake, tmp_path)
     assert third.score(["three", "one", "two", "one"]) == [0.6, 0.2, 0.4, 0.2]
     assert third.n_requests == 0 and len(fake.requests) == n  # no request after a restart
+
+
+def test_invalid_cache_entries_are_requested_again(fake, tmp_path):
+    """Cached "NaN", 7, a non-UTF-8 line and a cut line are no scores: one warning, the texts asked again, and
+    the next score after a cut line lands on a line of its own."""
+    fake.replies = [reply(0.2), reply(0.3)]
+    assert client(fake, tmp_path).score(["one", "two"]) == [0.2, 0.3]
+    path = tmp_path / "cache" / "scores.jsonl"
+    one, two = (json.loads(line)["key"] for line in path.read_text().splitlines())
+    with open(path, "ab") as f:
+        f.write(json.dumps({"key": one, "score": float("nan")}).encode() + b"\n")   # NaN: later lines would win
+        f.write(json.dumps({"key": two, "score": 7}).encode() + b"\n")
+        f.write(b'{"key": "\xff\xfe", "score": 0.5}\n\x80\x81 not utf-8\n')
+        f.write(('{"key": "%s", "sco' % ("0" * 64)).encode())                      # cut by a kill
+    with pytest.warns(UserWarning, match="skipping 5 unreadable or invalid cache line"):
+        scorer = client(fake, tmp_path)
+    assert scorer.score(["one", "two"]) == [0.2, 0.3] and scorer.n_requests == 0  # the valid earlier lines stand
+    path.write_bytes(json.dumps({"key": one, "score": "NaN"}).encode() + b"\n"
+                     + json.dumps({"key": two, "score": 7}).encode() + b"\n" + b'{"key": "ab')
+    fake.replies = [reply(0.4), reply(0.5)]
+    with pytest.warns(UserWarning, match="skipping 3"):
+        scorer = client(fake, tmp_path)
+    assert scorer.score(["one", "two"]) == [0.4, 0.5] and scorer.n_requests == 2  # asked again
+    with pytest.warns(UserWarning, match="skipping 3"):  # the bad lines stay; the new scores are lines of their own
+        again = client(fake, tmp_path)
+    assert again.score(["one", "two"]) == [0.4, 0.5] and again.n_requests == 0
+
+
+def test_cache_folder_is_checked_before_any_request(fake, tmp_path):
+    from pseudosl.errors import StorageError
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    fake.replies = [reply(0.2)]
+    with pytest.raises(StorageError, match=r"file/perspective/scores.jsonl cannot be written.*PSEUDOSL_CACHE"):
+        PerspectiveScorer(endpoint=fake.url, cache_dir=blocker / "perspective")
+    assert fake.requests == []  # no score was paid for and lost
 
 
 def test_lexical_scorer():

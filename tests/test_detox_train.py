@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -170,3 +172,46 @@ def test_quick_pipeline_end_to_end_with_resume_and_eval(tmp_path, shared, capsys
                                                if v is not None and k != "preset"))
     assert cli_main(["detox", "generate", "--config", str(tmp_path / "c.toml")]) == 0
     assert "unprompted samples" in capsys.readouterr().out
+
+
+def test_truncated_cache_entries_are_made_again(tmp_path, shared):
+    """A cut generations/*.pt and a cut model.safetensors are rebuilt (with a warning), not a traceback."""
+    from pseudosl.experiments.detox.pretrain import pretrain
+    from pseudosl.experiments.detox.train import build_context
+    cfg = _cfg(tmp_path, shared)
+    model_dir = pretrain(cfg)
+    ctx, _ = build_context(cfg, print_fn=lambda *a: None)
+    (gen,) = (Path(cfg.data_dir) / "generations").glob("*.pt")
+    weights = model_dir / "model.safetensors"
+    for path in (gen, weights):
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.warns(UserWarning) as caught:
+        again, _ = build_context(cfg, print_fn=lambda *a: None)
+    messages = " ".join(str(w.message) for w in caught)
+    assert "the saved scratch model does not load" in messages and "unusable cached generations" in messages
+    assert again.generations["texts"] == ctx.generations["texts"]  # made again, the same (seeded) samples
+    assert torch.equal(again.generations["ids"], ctx.generations["ids"])
+    import safetensors.torch
+    assert safetensors.torch.load_file(weights)  # saved again whole
+
+
+def test_late_inputs_are_checked_before_any_work(tmp_path, shared, monkeypatch):
+    """A missing word list, prompts file or corpus, and the Perspective scorer without its key, are named
+    before pretraining starts (they are read only after it)."""
+    import subprocess
+    import sys
+    data = tmp_path / "fresh-cache"
+    base = ["detox", "generate", "--corpus", f"text:{shared / 'corpus.txt'}", "--data-dir", str(data),
+            "--heldout-docs", "16", "--ppl-docs", "4", "--pt-ctx", "64"]
+    env = {k: v for k, v in os.environ.items() if k != "PERSPECTIVE_API_KEY"}
+    env["PSEUDOSL_CACHE"] = str(tmp_path / "c")
+    for flags, message in (
+            (["--bad-words", str(tmp_path / "no-words.txt")], "--bad-words " + str(tmp_path / "no-words.txt")
+             + ": no such file"),
+            (["--prompts", str(tmp_path / "no.jsonl")], "--prompts " + str(tmp_path / "no.jsonl") + ": no such file"),
+            (["--scorer", "perspective", "--bad-words", str(shared / "words.txt")], "PERSPECTIVE_API_KEY")):
+        r = subprocess.run([sys.executable, "-m", "pseudosl.cli", *base, *flags], capture_output=True, text=True,
+                           env=env, timeout=300)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.strip().splitlines()[-1].startswith("pseudosl: error: ") and message in r.stderr, r.stderr
+        assert not data.exists()  # nothing was pretrained or sampled

@@ -32,8 +32,9 @@ def test_empty_batches_give_empty_results():
     psl = pseudosl.pseudo_semantic_loss(dec.engine(), c, empty)
     psl.backward()
     assert psl.item() == 0.0
-    assert pseudosl.pseudo_semantic_loss(dec.log_joint, c, empty, reduction="none").shape == (0,)
-    assert pseudosl.local_conditionals(dec.log_joint, empty, n_values=4).shape == (0, 4, 4)
+    bare = pseudosl.as_engine(lambda y, example: dec.log_joint(y), n_values=4)
+    assert pseudosl.pseudo_semantic_loss(bare, c, empty, reduction="none").shape == (0,)
+    assert bare.local_conditionals(empty).shape == (0, 4, 4)
 
 
 def test_infinite_logits_are_the_one_hot_limit():
@@ -71,17 +72,18 @@ def test_psl_names_mismatches_before_running_the_model():
     with pytest.raises(ValueError, match="the model has 5 values per position but the circuit has 4"):
         pseudosl.pseudo_semantic_loss(dec5.engine(), c, torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match=r"sample values must lie in 0\.\.3"):
-        pseudosl.pseudo_semantic_loss(lambda y: dec.log_joint(y), c, torch.full((2, 4), 4, dtype=torch.long))
+        pseudosl.pseudo_semantic_loss(pseudosl.as_engine(lambda y, example: dec.log_joint(y), n_values=4), c,
+                                      torch.full((2, 4), 4, dtype=torch.long))
     assert not calls
-    with pytest.raises(ValueError, match="values must be >= 0; got range -1..-1"):
-        pseudosl.local_conditionals(dec.log_joint, torch.full((1, 4), -1, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"values must lie in 0\.\.3; got range -1\.\.-1"):
+        dec.engine().local_conditionals(torch.full((1, 4), -1, dtype=torch.long))
 
 
-def test_psl_takes_n_values_from_the_circuit():
+def test_a_bare_log_joint_gives_the_engines_loss():
     c = permutation_circuit()
     dec = pseudosl.RecurrentDecoder(n_values=4, length=4, hidden_size=8)
     y = dec.sample(batch_size=3)
-    bare = lambda seqs: dec.log_joint(seqs)  # noqa: E731  (a callable without an n_values attribute)
+    bare = pseudosl.as_engine(lambda seqs, example: dec.log_joint(seqs), n_values=4)
     torch.testing.assert_close(pseudosl.pseudo_semantic_loss(bare, c, y),
                                pseudosl.pseudo_semantic_loss(dec.engine(), c, y))
 

@@ -8,7 +8,7 @@ import torch
 
 import oracle
 from psl_models import TableModel, tiny_gpt2
-from pseudosl.psl import (CausalLMEngine, RecurrentDecoder, SamplerRequiredError, ValueMap, local_fidelity)
+from pseudosl.psl import (CausalLMEngine, RecurrentDecoder, SamplerRequiredError, ValueMap, as_engine, local_fidelity)
 
 BITS = 1 / math.log(2)
 SE = 4.0  # Monte-Carlo estimates must fall within SE standard errors of the exact values (fixed seeds)
@@ -85,9 +85,9 @@ def test_exact_matches_independent_enumeration(n, k, seed):
     g = torch.Generator().manual_seed(seed)
     sample = ys[torch.multinomial(table.exp().flatten(), 4, replacement=True, generator=g)]
     ref = _reference(table.numpy(), sample.numpy())
-    _check_exact(local_fidelity(model, sample), ref)
-    _check_exact(local_fidelity(lambda y: model(y), sample, n_values=k, chunk_size=7), ref)  # bare log_joint, chunked
-    f = local_fidelity(model, sample)
+    _check_exact(local_fidelity(model.engine(), sample), ref)
+    _check_exact(local_fidelity(model.engine(), sample, chunk_size=7), ref)  # chunked
+    f = local_fidelity(model.engine(), sample)
     assert (f.kl_local_model >= 0).all()
     torch.testing.assert_close(f.entropy_model_positions.sum(1), f.entropy_model)  # chain rule
 
@@ -96,8 +96,8 @@ def test_monte_carlo_with_a_sampler_within_standard_errors():
     model = TableModel(5, 3, seed=4)
     table = model.table().detach()
     sample = torch.tensor([[0, 1, 2, 0, 1], [2, 2, 1, 0, 0], [1, 0, 0, 2, 2]])
-    exact = local_fidelity(model, sample)
-    mc = local_fidelity(model, sample, exact=False, n_mc=3000, sampler=_draw_table(table, 3, 0),
+    exact = local_fidelity(model.engine(), sample)
+    mc = local_fidelity(model.engine(), sample, exact=False, n_mc=3000, sampler=_draw_table(table, 3, 0),
                         generator=torch.Generator().manual_seed(1), chunk_size=500)
     assert mc.method == "monte-carlo" and mc.n_mc == 3000 and mc.entropy_model_positions is None
     _within(mc, exact)
@@ -127,7 +127,7 @@ def test_recurrent_decoder_exact_vs_monte_carlo_and_contexts():
         ys = torch.as_tensor(oracle.assignments(5, 3))
         for b in range(3):  # rows are scored under their own context: the table of example b alone
             with torch.no_grad():
-                table = dec.engine(ctx[b:b + 1], steps[b:b + 1])(ys).view(3, 3, 3, 3, 3)
+                table = dec.engine(ctx[b:b + 1], steps[b:b + 1]).log_prob(ys[None])[0].view(3, 3, 3, 3, 3)
             ref = _reference(table.numpy(), sample[b:b + 1].numpy())
             torch.testing.assert_close(exact.entropy_model[b:b + 1], torch.as_tensor(ref["entropy_model"]))
             torch.testing.assert_close(exact.kl_local_model[b:b + 1], torch.as_tensor(ref["kl_local_model"]))
@@ -159,36 +159,39 @@ def test_causal_lm_exact_vs_monte_carlo(gpt2):
     assert exact.method == "exact" and (exact.kl_local_model > 0.01).all()
     ys = torch.as_tensor(oracle.assignments(3, 6))
     for b in range(2):
-        table = CausalLMEngine(gpt2, prompt[b])(ys).view(6, 6, 6).detach()
+        table = CausalLMEngine(gpt2, prompt[b]).log_prob(ys[None])[0].view(6, 6, 6).detach()
         ref = _reference(table.numpy(), sample[b:b + 1].numpy())
         torch.testing.assert_close(exact.kl_local_model[b:b + 1], torch.as_tensor(ref["kl_local_model"]))
         torch.testing.assert_close(exact.entropy_model[b:b + 1], torch.as_tensor(ref["entropy_model"]))
     torch.manual_seed(0)
     mc = local_fidelity(eng, sample, exact=False, n_mc=1500, generator=torch.Generator().manual_seed(3))
     _within(mc, exact)
+    shared = local_fidelity(CausalLMEngine(gpt2, prompt[:1]), sample, exact=False, n_mc=200,
+                            generator=torch.Generator().manual_seed(4))  # one prompt for both anchors
+    exact0 = local_fidelity(CausalLMEngine(gpt2, prompt[:1]), sample)
+    _within(shared, exact0)
     with pytest.raises(ValueError, match="value_map"):
         local_fidelity(CausalLMEngine(gpt2, prompt, value_map=ValueMap([1, 2], 6)), sample)
+    with pytest.raises(ValueError, match="n_values below the vocabulary"):
+        local_fidelity(CausalLMEngine(gpt2, prompt, n_values=5), sample)
 
 
 def test_errors():
-    model = TableModel(3, 2, seed=0)
+    model = TableModel(3, 2, seed=0).engine()
     y = torch.tensor([[0, 1, 1]])
     with pytest.raises(SamplerRequiredError, match="sampler="):
         local_fidelity(model, y, exact=False)
     with pytest.raises(ValueError, match="n_mc must be an int >= 2"):
         local_fidelity(model, y, n_mc=1)
     with pytest.raises(ValueError, match="exact=True would enumerate"):
-        local_fidelity(lambda s: s.sum(1).double(), torch.zeros(1, 81, dtype=torch.long), n_values=9, exact=True)
+        local_fidelity(as_engine(lambda s, e: s.sum(1).double(), n_values=9), torch.zeros(1, 81, dtype=torch.long),
+                       exact=True)
     with pytest.raises(ValueError, match=r"sampler\(4\) must return a long tensor of shape \(1, 4, 3\)"):
         local_fidelity(model, y, exact=False, n_mc=4, sampler=lambda m: torch.zeros(m, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="not normalised"):
-        local_fidelity(lambda s: torch.zeros(s.shape[0], dtype=torch.float64), y, n_values=2)
-    with pytest.raises(ValueError, match="n_values=3 differs from the model's n_values=2"):
-        local_fidelity(model, y, n_values=3)
-    with pytest.raises(ValueError, match="n_values must be an int >= 2"):
-        local_fidelity(lambda s: model(s), y)
-    with pytest.raises(TypeError, match="log_joint callable"):
-        local_fidelity("model", y)
+        local_fidelity(as_engine(lambda s, e: torch.zeros(s.shape[0], dtype=torch.float64), n_values=2), y)
+    with pytest.raises(TypeError, match="pseudosl.as_engine"):
+        local_fidelity(TableModel(3, 2, seed=0), y)
     with pytest.raises(ValueError, match="shape \\(B, n\\)"):
         local_fidelity(model, y[0])
     with pytest.raises(ValueError, match="dropout=True"):
@@ -197,4 +200,4 @@ def test_errors():
     with torch.no_grad():
         impossible.logits[[0, 1, 2]] = -math.inf  # only (1, 1) is possible
     with pytest.raises(ValueError, match="rows \\[0\\] have probability 0"):
-        local_fidelity(impossible, torch.tensor([[0, 0]]))
+        local_fidelity(impossible.engine(), torch.tensor([[0, 0]]))

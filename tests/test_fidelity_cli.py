@@ -10,7 +10,7 @@ from pseudosl.cli import main as cli_main
 from pseudosl.experiments.harness import train_run
 from pseudosl.experiments.sudoku.config import SudokuConfig
 from pseudosl.experiments.sudoku.train import SudokuExperiment
-from pseudosl.psl import CausalLMEngine, local_fidelity
+from pseudosl import CausalLMEngine, local_fidelity
 
 WORDS = ["<s>", "<unk>", "the", "cat", "sat", "on", "mat", "a"]
 

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 import oracle
 from checks import assert_matches_oracle, random_log_weights
-from pseudosl import And, Not, Or, UnsatisfiableError, Var, compile_formula, false, iff, implies, true, variables
-from pseudosl.logic.errors import SizeLimitError
-from pseudosl.logic.formula import dag_key
+from pseudosl import compile_formula, variables
+from pseudosl.logic.errors import SizeLimitError, UnsatisfiableError
+from pseudosl.logic.formula import And, Not, Or, Var, dag_key, false, iff, implies, true
 
 N = 5
 

@@ -39,6 +39,7 @@ HUGE_INPUTS = textwrap.dedent("""
     import sys, numpy as np, pseudosl
     from pseudosl.compile import no_forbidden_words
     from pseudosl.logic.automaton import forbidden_words_dfa
+    from pseudosl.logic.formula import Var
     tmp = sys.argv[1]
     open(f"{tmp}/million.cnf", "w").write("p cnf 1000000 1\\n1 0\\n")
     open(f"{tmp}/big.sdd", "w").write(f"sdd 1\\nL 0 0 {2**70}\\n")
@@ -48,7 +49,7 @@ HUGE_INPUTS = textwrap.dedent("""
     cases = {
         "p cnf 2000000000 1": lambda: pseudosl.compile_cnf("p cnf 2000000000 1\\n1 0\\n"),
         "1e6-variable DIMACS file": lambda: pseudosl.compile_cnf(f"{tmp}/million.cnf"),
-        "Var(10**6)": lambda: pseudosl.compile_formula(pseudosl.Var(10**6)),
+        "Var(10**6)": lambda: pseudosl.compile_formula(Var(10**6)),
         "literal 2**70": lambda: pseudosl.compile_cnf([[2**70]]),
         "CircuitBuilder(10**9)": lambda: pseudosl.CircuitBuilder(10**9),
         "10**8 positions": lambda: no_forbidden_words([[0, 1]], n_positions=10**8, n_values=2),

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 import oracle
 from conftest import ATOL64
-from pseudosl import constraint_entropy, constraint_log_prob, semantic_loss
+from pseudosl import constraint_log_prob, semantic_loss
+from pseudosl.losses import constraint_entropy
 from test_circuit import random_circuit
 
 

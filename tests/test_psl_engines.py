@@ -8,8 +8,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import oracle
 from psl_models import circuit_from_truth, tiny_gpt2
-from pseudosl.psl import (CausalLMEngine, RecurrentDecoder, ValueMap, local_conditionals, pseudo_semantic_loss,
-                          sample_autoregressive, sample_from_logits)
+from pseudosl.psl import (CausalLMEngine, RecurrentDecoder, ValueMap, as_engine, local_conditionals,
+                          pseudo_semantic_loss, sample_autoregressive, sample_from_logits)
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 
@@ -51,7 +51,7 @@ def test_recurrent_engine_matches_generic_values_and_gradients(cell, train):
     truth = np.random.default_rng(0).random(3 ** 5) < 0.5
     circuit = circuit_from_truth(truth, 5, 3)
     fast = pseudo_semantic_loss(eng, circuit, y, chunk_size=7)
-    slow = pseudo_semantic_loss(lambda s: eng(s), circuit, y, n_values=3)
+    slow = pseudo_semantic_loss(as_engine(eng.log_joint, n_values=3), circuit, y)
     torch.testing.assert_close(fast, slow, **TOL)
     _assert_grads_close(_grads(fast, dec), _grads(slow, dec))
     assert dec.training == train  # the engine restores the mode
@@ -76,7 +76,7 @@ def test_recurrent_engine_candidates_and_dropout_flag():
     cand = torch.tensor([[0, 2]] * 5)
     eng = dec.engine()
     torch.testing.assert_close(eng.local_conditionals(y, candidates=cand),
-                               local_conditionals(eng, y, candidates=cand), **TOL)
+                               local_conditionals(eng.log_joint, y, candidates=cand), **TOL)
     dec.train()
     torch.manual_seed(1)
     a = dec.engine(dropout=True).local_conditionals(y)
@@ -91,8 +91,9 @@ def test_decoder_interface_shapes_and_sampling():
     assert y.shape == (2, 81) and y.dtype == torch.long and not y.requires_grad
     assert dec.step_logits(y).shape == (2, 81, 9)
     torch.testing.assert_close(dec.sample(batch_size=2, generator=torch.Generator().manual_seed(0)), y)
-    greedy = sample_autoregressive(dec, batch_size=2, greedy=True)
+    greedy = dec.sample(batch_size=2, greedy=True)
     torch.testing.assert_close(greedy, dec.step_logits(greedy).argmax(-1))  # greedy is consistent with teacher forcing
+    torch.testing.assert_close(dec.engine().sample(batch_size=2, greedy=True), greedy)
     step_fn = lambda prefix: torch.zeros(prefix.shape[0], 4).index_fill(1, torch.tensor([2]), 50.0)  # noqa: E731
     assert (sample_autoregressive(step_fn, 6, batch_size=3, top_p=0.5) == 2).all()
     with pytest.raises(ValueError, match="context"):
@@ -199,9 +200,8 @@ def gpt2():
 
 def _reference_log_joint(model, prompt):
     """An independent scorer: step through the model token by token (no cache reuse, no shift arithmetic)."""
-    def log_joint(y):
-        r = y.shape[0] // prompt.shape[0]
-        p = prompt.repeat_interleave(r, 0)
+    def log_joint(y, example):
+        p = prompt[example]
         total = 0
         for t in range(y.shape[1]):
             ctx = torch.cat([p, y[:, :t]], 1)
@@ -217,7 +217,8 @@ def test_causal_lm_engine_exact_and_shift(gpt2):
     y = torch.randint(0, 12, (2, 4))
     eng = CausalLMEngine(gpt2, prompt, max_neighbours_per_chunk=5, max_logits=40)
     ref = _reference_log_joint(gpt2, prompt)
-    torch.testing.assert_close(eng(y), ref(y), **TOL)  # the naive scorer has the right shift
+    example = torch.arange(2)
+    torch.testing.assert_close(eng.log_joint(y, example), ref(y, example), **TOL)  # the naive scorer has the right shift
     fast = eng.local_conditionals(y)
     slow = local_conditionals(ref, y, n_values=12)
     torch.testing.assert_close(fast, slow, **TOL)
@@ -225,7 +226,7 @@ def test_causal_lm_engine_exact_and_shift(gpt2):
     circuit = circuit_from_truth(truth, 2, 12)
     y2 = y[:, :2]
     a = pseudo_semantic_loss(eng, circuit, y2)
-    b = pseudo_semantic_loss(ref, circuit, y2, n_values=12)
+    b = pseudo_semantic_loss(as_engine(ref, n_values=12), circuit, y2)
     torch.testing.assert_close(a, b, **TOL)
     g = _grads(b, gpt2)
     _assert_grads_close(_grads(a, gpt2), g)
@@ -250,7 +251,7 @@ def test_value_map_fold_is_exact_when_other_is_small(gpt2):
     vm = ValueMap([3, 5, 7], 12)
     prompt = torch.randint(0, 12, (2, 2))
     y = torch.tensor([[3, 5, 11, 10], [10, 4, 5, 8]])  # distinguished and other tokens as samples
-    exact = vm.fold(local_conditionals(CausalLMEngine(gpt2, prompt), y))
+    exact = vm.fold(local_conditionals(CausalLMEngine(gpt2, prompt).log_joint, y, n_values=12))
     # top_k = 8: S covers the vocabulary (R empty, or R = {one token} when the sample is distinguished)
     eng = CausalLMEngine(gpt2, prompt, value_map=vm, top_k=8)
     torch.testing.assert_close(eng.local_conditionals(y), exact, **TOL)
@@ -267,7 +268,7 @@ def test_value_map_counts_no_token_twice(gpt2):
     vm = ValueMap([1, 2], 12)
     prompt = torch.randint(0, 12, (3, 2))
     y = torch.tensor([[1], [2], [9]])
-    exact = vm.fold(CausalLMEngine(gpt2, prompt).local_conditionals(y))
+    exact = vm.fold(local_conditionals(CausalLMEngine(gpt2, prompt).log_joint, y, n_values=12))
     for top_k in range(0, 10):
         got = CausalLMEngine(gpt2, prompt, value_map=vm, top_k=top_k).local_conditionals(y)
         torch.testing.assert_close(got, exact, **TOL)
@@ -286,7 +287,7 @@ def test_causal_lm_loss_diagnostics_use_circuit_values(gpt2):
     loss, d = pseudo_semantic_loss(eng, circuit, y, negate=True, return_diagnostics=True)
     assert d.satisfied.tolist() == [True, False]
     assert torch.isfinite(loss)
-    s = eng.sample(3)
+    s = eng.sample(length=3)
     assert s.shape == (2, 3) and s.dtype == torch.long
 
 
@@ -315,7 +316,7 @@ def test_fused_and_stepwise_suffixes_agree(cell):
               for fused, chunk in ((True, None), (False, None), (True, 5))}
     torch.testing.assert_close(losses[True], losses[False], **TOL)
     _assert_grads_close(_grads(losses[True], dec), _grads(losses[False], dec))
-    exact = local_conditionals(dec.engine(ctx, steps), y)  # generic path through the engine's log_joint
+    exact = local_conditionals(dec.engine(ctx, steps).log_joint, y, n_values=3)  # generic path through the engine's log_joint
     for fused in (True, False):
         torch.testing.assert_close(dec.engine(ctx, steps, fused=fused).local_conditionals(y, chunk_size=4), exact, **TOL)
 
@@ -355,7 +356,7 @@ def test_conditioning_on_unit_constraints_needs_only_the_free_positions():
     eng.local_conditionals = spy
     fast = pseudo_semantic_loss(eng, circuit, y, allowed=allowed, condition=True, reduction="none")
     assert calls[0] is not None and (calls[0] == (allowed.sum(-1) > 1)).all()
-    cond = local_conditionals(lambda s: dec.engine(ctx, steps)(s), y, n_values=3)
+    cond = local_conditionals(dec.engine(ctx, steps).log_joint, y, n_values=3)
     from pseudosl.losses import product_log_prob
     want = -product_log_prob(circuit, cond, allowed, condition=True)
     torch.testing.assert_close(fast, want, **TOL)
@@ -377,8 +378,7 @@ def test_exact_mode_runs_recurrent_layers_trainable_without_dropout():
         assert dec.training == train and dec.rnn.training == train and dec.rnn.dropout == 0.3
         with torch.no_grad():
             dec.eval()
-            ref = local_conditionals(lambda s: dec.log_joint(s, ctx.repeat_interleave(len(s) // 2, 0),
-                                                             steps.repeat_interleave(len(s) // 2, 0)), y, n_values=3)
+            ref = local_conditionals(lambda s, example: dec.log_joint(s, ctx[example], steps[example]), y, n_values=3)
         torch.testing.assert_close(cond, ref, **TOL)
     dec = _decoder("rnn").eval()
     seen.clear()
@@ -403,9 +403,8 @@ def test_recurrent_engine_on_cuda_matches_cpu(train, fused):
     torch.testing.assert_close(gpu.cpu(), cpu, **TOL)
     for a, b in zip(_grads(gpu, dec_gpu), g_cpu):
         torch.testing.assert_close(a.cpu(), b, **TOL)
-    slow = pseudo_semantic_loss(lambda s: dec_gpu.log_joint(s, ctx.cuda().repeat_interleave(len(s) // 2, 0),
-                                                            steps.cuda().repeat_interleave(len(s) // 2, 0)),
-                                circuit_gpu, y.cuda())
+    slow = pseudo_semantic_loss(as_engine(lambda s, example: dec_gpu.log_joint(s, ctx.cuda()[example], steps.cuda()[example]),
+                                          n_values=3), circuit_gpu, y.cuda())
     slow.backward()  # the generic path with the decoder's own log_joint, eval or train mode
 
 

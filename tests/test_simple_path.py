@@ -8,7 +8,7 @@ import torch
 
 import oracle
 from checks import assert_matches_oracle, random_log_weights
-from pseudosl import UnsatisfiableError
+from pseudosl.logic.errors import UnsatisfiableError
 from pseudosl.constraints import grid_edges, is_simple_path, simple_path
 from pseudosl.logic.simpath import normalized_bound, simple_path_dag
 

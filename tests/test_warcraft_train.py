@@ -94,7 +94,12 @@ def test_all_models_end_to_end_and_resume(tmp_path, capsys):
     assert "CNN-LSTM + PSL" in (out / "table.txt").read_text()
     with pytest.raises(SystemExit):                                          # no silent replacement
         cli_main(argv)
-    cli_main([a if a != "1" else "2" for a in argv[:5]] + argv[5:] + ["--resume", "--models", "lstm_psl"])
+    more = [a if a != "1" else "2" for a in argv[:5]] + argv[5:] + ["--resume"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):  # one model of four: the folder's results would lose the other three
+        cli_main(more + ["--models", "lstm_psl"])
+    assert "also holds the runs lstm-seed0, resnet-seed0, resnet_sl-seed0" in capsys.readouterr().err
+    cli_main(more)
     ck = torch.load(out / "lstm_psl-seed0" / "checkpoint.pt", weights_only=False)
     assert ck["epoch"] == 2 and len(ck["history"]) == 2
     capsys.readouterr()

@@ -1,68 +1,52 @@
-"""pseudosl: semantic and pseudo-semantic losses for neural networks with logical constraints."""
+"""pseudosl: semantic and pseudo-semantic losses for neural networks with logical constraints.
+
+The public API is :data:`__all__`: the compile front-ends and :class:`Circuit`, the losses, the engines
+(:func:`as_engine` makes one from a user's model), :class:`Constraint` and the fidelity study.
+Everything else stays reachable in its submodule: :mod:`pseudosl.logic` (formulas, DAGs, errors),
+:mod:`pseudosl.losses` (``product_log_prob``, ``constraint_entropy``), :mod:`pseudosl.cache`,
+:mod:`pseudosl.psl` (``exact_mode``, ``local_conditionals``, ``LogJointEngine``, ``RecurrentSteps`` ...).
+"""
 
 from . import constraints
-from .cache import cache_dir, cached_circuit
+from ._version import __version__
 from .circuit import Circuit
-from .compile import compile_automaton, compile_cnf, compile_formula, no_forbidden_words
-from .logic import CircuitBuilder, CircuitError, Dag
-from .logic.automaton import DFA, forbidden_words_dfa
-from .logic.cnf import parse_dimacs
-from .logic.errors import DimacsFormatError, UnsatisfiableError
-from .logic.formula import And, Not, Or, Var, false, iff, implies, true, variables
-from .logic.sdd import SddFormatError
-from .losses import constraint_entropy, constraint_log_prob, semantic_loss
-from .psl import (
-                  CausalLMEngine,
-                  Fidelity,
-                  PSLDiagnostics,
-                  RecurrentDecoder,
-                  RecurrentEngine,
-                  ValueMap,
-                  local_conditionals,
-                  local_fidelity,
-                  pseudo_semantic_loss,
-                  sample_autoregressive,
-)
+from .compile import compile_automaton, compile_categorical, compile_cnf, compile_formula
+from .logic.automaton import DFA
+from .logic.categorical import positions
+from .logic.builder import CircuitBuilder
+from .logic.formula import variables
+from .losses import constraint_log_prob, semantic_loss
+from .psl import (CausalLMEngine, Constraint, Engine, RecurrentDecoder, RecurrentEngine, ValueMap, as_engine,
+                  local_fidelity, no_forbidden_sequences, pseudo_semantic_loss, sample_satisfies)
 
 __all__ = [
-    "CausalLMEngine",
-    "Fidelity",
-    "PSLDiagnostics",
-    "RecurrentDecoder",
-    "RecurrentEngine",
-    "ValueMap",
-    "local_conditionals",
-    "local_fidelity",
-    "pseudo_semantic_loss",
-    "sample_autoregressive",
-    "And",
+    # constraints -> circuits
     "Circuit",
     "CircuitBuilder",
-    "CircuitError",
     "DFA",
-    "Dag",
-    "DimacsFormatError",
-    "Not",
-    "Or",
-    "SddFormatError",
-    "UnsatisfiableError",
-    "Var",
-    "cache_dir",
-    "cached_circuit",
     "compile_automaton",
+    "compile_categorical",
     "compile_cnf",
     "compile_formula",
-    "constraint_entropy",
-    "constraint_log_prob",
     "constraints",
-    "false",
-    "forbidden_words_dfa",
-    "iff",
-    "implies",
-    "no_forbidden_words",
-    "parse_dimacs",
-    "semantic_loss",
-    "true",
+    "positions",
     "variables",
+    # a constraint over a model's values (token ids)
+    "Constraint",
+    "ValueMap",
+    "no_forbidden_sequences",
+    "sample_satisfies",
+    # losses
+    "constraint_log_prob",
+    "pseudo_semantic_loss",
+    "semantic_loss",
+    # models -> engines
+    "CausalLMEngine",
+    "Engine",
+    "RecurrentDecoder",
+    "RecurrentEngine",
+    "as_engine",
+    # how faithful the local approximation is
+    "local_fidelity",
+    # constrained generation (issue 17) joins here
 ]
-__version__ = "0.1.0"

@@ -43,7 +43,7 @@ def cache_dir() -> Path:
 def cache_key(key_parts: object) -> str:
     """Hex SHA-256 of an unambiguous encoding of ``key_parts`` (bytes, str, numbers, None,
     numpy arrays, and (nested) sequences of those), prefixed by the format and library versions."""
-    from . import __version__
+    from ._version import __version__
 
     h = hashlib.sha256()
     _feed(h, ("pseudosl-circuit", FORMAT_VERSION, __version__))

@@ -1,28 +1,65 @@
-"""The compiled circuit: an ``nn.Module`` that computes log WMC layer by layer.
+"""The compiled circuit: an ``nn.Module`` that answers queries on a constraint layer by layer.
 
 Input conventions (``B`` = batch, ``n`` = variables, ``k`` = values per variable):
 
-* categorical: ``x`` of shape ``(B, n, k)``, ``x[b, v, c] = log P(X_v = c)``;
-* Boolean circuits (``k = 2``) also accept ``(B, n)`` holding ``log P(X_v = true)``;
-  ``log P(X_v = false)`` is then ``log1mexp`` of it.  ``(B, n, 2)`` uses index 1 = true.
+* categorical: ``x`` of shape ``(B, n, k)``, ``x[b, v, c] = log q_v(c)``;
+* Boolean circuits (``k = 2``) also accept ``(B, n)`` holding ``log q_v(true)``;
+  ``log q_v(false)`` is then ``log1mexp`` of it.  ``(B, n, 2)`` uses index 1 = true;
+* ``allowed``: an optional bool ``(B, n, k)`` mask of unit constraints ``y_v in {c : allowed[b, v, c]}``
+  conjoined with ``alpha`` (it sets the disallowed inputs to ``-inf``; the circuit stays valid).
 
-Output: ``(B,)`` log P(constraint) for a single-rooted circuit, ``(B, R)`` for ``R`` roots.
-Inputs need not be normalised: the value is the log weighted model count
-``log sum_{y |= alpha} prod_v exp(x[v, y_v])`` over all ``n`` variables.
-An empty batch ``(0, n, k)`` gives an empty result.  float16 / bfloat16 inputs are evaluated in
-float32 (the result is float32): rounding every node to bfloat16 would move a Sudoku circuit's value
-by more than half a nat.
+Inputs need not be normalised.  With ``w(y) = sum_v x[b, v, y_v]`` (``log q(y)`` for normalised ``x``):
 
-Evaluation keeps every node value in one buffer of shape ``(n_slots, B)``; each
-group of nodes of equal height is one ``index_select`` plus dense reductions
-(sum over an element's terms, log-sum-exp over a node's elements).
-The backward pass is written by hand in the same layout (one ``index_add_`` per
-group), which keeps it NaN-free when values are ``-inf``: the weight of a child
-of an OR node whose value is ``-inf`` is defined as 0.  The forward pass keeps these weights
-``exp(element - node)`` (one ``(count, E, B)`` tensor per OR group) instead of the node buffer,
-so the backward pass reads each edge once and gathers nothing.  See
-:class:`~pseudosl.logic.dag.LayerPlan` for the grouping (an OR node and the AND
-elements only it uses are one sum-of-products row).
+================================  ======================================================  =====================
+query                             value                                                   shape
+================================  ======================================================  =====================
+``log_prob(x, allowed)``          ``log Z = log sum_{y |= alpha} exp w(y)``                ``(B,)``, ``(B, R)``
+``forward(x, semiring="max")``    ``max_{y |= alpha} w(y)``                                ``(B, R)``
+``mpe(x, allowed, root=)``        the maximiser ``y*`` and ``w(y*)``                        ``(B, n)``, ``(B,)``
+``sample(x, S, allowed, root=)``  ``S`` exact draws from ``q(y | alpha)``, ``w(y)``, ``log Z``  ``(S, B, n)``, ...
+``marginals(x, allowed, root=)``  ``P(y_v = c | alpha) = d log Z / d x[b, v, c]``          ``(B, n, k)``
+================================  ======================================================  =====================
+
+``log_prob`` gives one value per root (``(B, R)`` for ``R`` roots).  The assignment queries answer for
+one constraint: ``root=r`` picks root ``r`` of a multi-rooted circuit (required there; a single root is
+the default).  Where ``alpha AND allowed`` has no model for an example (``log Z = -inf``) there is
+nothing to return, and the queries say so with a sentinel instead of an arbitrary assignment: values
+``-1`` and ``w = -inf`` (``mpe``, ``sample``), all-zero marginals.  Queries run without autograd.
+An empty batch gives empty results.  float16 / bfloat16 inputs are evaluated in float32 (results are
+float32): rounding every node to bfloat16 would move a Sudoku circuit's value by more than half a nat.
+
+Evaluation keeps every node value in one buffer of shape ``(n_slots, B)``; each group of nodes of
+equal height is one ``index_select`` plus dense reductions (sum over an element's terms, then the
+semiring's sum over a node's elements: log-sum-exp, or max for MPE).  The queries are two layer loops
+(:mod:`pseudosl.semirings`): :func:`~pseudosl.semirings.bottom_up` under a semiring, and
+:func:`~pseudosl.semirings.top_down`, which hands each node's value to its elements with weights that
+decide the query: ``exp(element - node)`` for the gradient (the hand-written backward pass, and the
+marginals), one-hot of the max for MPE, one-hot of a choice drawn from ``exp(element - node)`` for
+sampling.  The backward pass is NaN-free when values are ``-inf``: the weight of a child of an OR node
+whose value is ``-inf`` is 0.  See :class:`~pseudosl.logic.dag.LayerPlan` for the grouping (an OR node
+and the AND elements only it uses are one sum-of-products row).
+
+Memory: a pass needs about ``itemsize x B x (n_slots + largest gather)`` bytes, plus the weights it
+keeps (``sum count x E`` per row) when it goes back down.  Passes without autograd (``log_prob`` under
+``torch.no_grad()``, the queries) run in chunks of the batch (and of the samples) of at most
+:attr:`Circuit.chunk_bytes`; a differentiable ``log_prob`` whose estimate exceeds the memory free on its
+device is refused with a ``MemoryError`` before anything is allocated.
+
+Example:
+    >>> import torch, pseudosl
+    >>> c = pseudosl.compile_cnf([[1, 2], [-1, -2]])      # exactly one of two Booleans
+    >>> x = torch.tensor([[0.9, 0.8]]).log()                 # q(X_v = true), a batch of one
+    >>> c.log_prob(x).exp()                                  # 0.9 * 0.2 + 0.1 * 0.8
+    tensor([0.2600])
+    >>> c.mpe(x).values                                      # the most probable model
+    tensor([[1, 0]])
+    >>> c.marginals(x)[:, :, 1]                              # q(X_v = true | alpha)
+    tensor([[0.6923, 0.3077]])
+    >>> s = c.sample(x, 1000, generator=torch.Generator().manual_seed(0))
+    >>> s.values.shape                                       # (S, B, n)
+    torch.Size([1000, 1, 2])
+    >>> bool((s.values.sum(-1) == 1).all())                  # every sample satisfies alpha
+    True
 """
 
 from __future__ import annotations
@@ -30,13 +67,13 @@ from __future__ import annotations
 import hashlib
 import types
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from . import _validation
+from . import _validation, semirings
 from ._validation import require
 from .logic.dag import Dag, LayerPlan
 from .logic.errors import DEFAULT_MAX_VARS
@@ -44,77 +81,27 @@ from .logic.errors import DEFAULT_MAX_VARS
 if TYPE_CHECKING:  # pragma: no cover
     from pysdd.sdd import SddNode
 
-__all__ = ["Circuit"]
+__all__ = ["Circuit", "MPE", "Samples", "apply_allowed"]
 
 
-class _Evaluate(torch.autograd.Function):
-    """The circuit's values with a hand-written backward.
+class MPE(NamedTuple):
+    """:meth:`Circuit.mpe`: a most probable model per example."""
 
-    Every tensor it needs is an argument (``meta`` is a tuple of Python ints), so
-    ``torch.compile`` traces it into one graph and CUDA graphs can capture it: nothing in
-    either pass reads a tensor value on the host.
-    """
-
-    @staticmethod
-    def forward(ctx, leaves: Tensor, meta: tuple, n_slots: int, roots: Tensor, *indices: Tensor) -> Tensor:
-        weights: list[Tensor | None] = []
-        buf = _forward_buffer(leaves, meta, n_slots, indices, weights)  # (n_slots, B)
-        ctx.meta = meta
-        ctx.n_slots = n_slots
-        ctx.n_leaf = leaves.shape[0]
-        ctx.save_for_backward(roots, *indices, *weights)
-        return buf.index_select(0, roots)  # (R, B)
-
-    @staticmethod
-    def backward(ctx, grad_roots: Tensor):  # (R, B)
-        roots, *saved = ctx.saved_tensors
-        indices, weights = saved[:len(ctx.meta)], saved[len(ctx.meta):]
-        batch = grad_roots.shape[1]
-        grad = grad_roots.new_zeros(ctx.n_slots, batch)
-        grad.index_add_(0, roots, grad_roots)
-        for (start, count, n_el, n_term), idx, w in zip(reversed(ctx.meta), reversed(indices), reversed(weights)):
-            g = grad[start:start + count].unsqueeze(1)  # (count, 1, B)
-            g_el = g if w is None else w * g  # (count, E, B)
-            contrib = g_el.unsqueeze(2).expand(count, n_el, n_term, batch)
-            grad.index_add_(0, idx, contrib.reshape(-1, batch))
-        return (grad[2:2 + ctx.n_leaf], None, None, None) + (None,) * len(indices)
+    values: Tensor
+    """``(B, n)`` int64; ``-1`` where the constraint has no model."""
+    log_prob: Tensor
+    """``(B,)`` ``sum_v x[b, v, values[b, v]]``; ``-inf`` where the constraint has no model."""
 
 
-def _forward_buffer(leaves: Tensor, meta: Sequence[tuple[int, int, int, int]], n_slots: int,
-                    indices: Sequence[Tensor], weights: list[Tensor | None] | None = None) -> Tensor:
-    """All node values, ``(n_slots, B)``, from the leaves ``(n*k, B)`` (no autograd).
+class Samples(NamedTuple):
+    """:meth:`Circuit.sample`: ``S`` exact samples of ``q(. | alpha AND allowed)`` per example."""
 
-    With ``weights`` (a list to fill) it also keeps, per group, the derivative of each node with
-    respect to its elements, ``exp(element - node)`` ``(count, E, B)`` (0 where the node is ``-inf``;
-    None for a group of AND nodes, ``E = 1``): the backward pass then needs no second gather.
-    """
-    batch = leaves.shape[1]
-    buf = leaves.new_empty(n_slots, batch)
-    buf[0] = float("-inf")
-    buf[1] = 0.0
-    buf[2:2 + leaves.shape[0]] = leaves
-    eager = not torch.compiler.is_compiling()
-    with torch.no_grad():
-        for (start, count, n_el, n_term), idx in zip(meta, indices):
-            el = _element_values(buf, idx, count, n_el, n_term)
-            out = buf[start:start + count]
-            if n_el == 1:
-                out.copy_(el.squeeze(1))
-            elif eager:  # write in place (saves a copy per group)
-                torch.logsumexp(el, dim=1, out=out)
-            else:  # traced: a plain assignment, which the compiler fuses
-                buf[start:start + count] = torch.logsumexp(el, dim=1)
-                out = buf[start:start + count]
-            if weights is not None:
-                weights.append(None if n_el == 1 else
-                               el.sub_(out.unsqueeze(1)).exp_().masked_fill_(torch.isneginf(out).unsqueeze(1), 0.0))
-    return buf
-
-
-def _element_values(buf: Tensor, idx: Tensor, count: int, n_el: int, n_term: int) -> Tensor:
-    """``(count, E, B)``: each element's log-product, the sum of its terms' rows."""
-    terms = buf.index_select(0, idx).view(count, n_el, n_term, -1)
-    return terms.sum(2) if n_term > 1 else terms.squeeze(2)
+    values: Tensor
+    """``(S, B, n)`` int64; ``-1`` where the constraint has no model."""
+    log_prob: Tensor
+    """``(S, B)`` ``sum_v x[b, v, y_v]`` of each sample; ``-inf`` where the constraint has no model."""
+    log_partition: Tensor
+    """``(B,)`` ``log P(alpha AND allowed)``: ``log_prob - log_partition`` = ``log q(y | alpha AND allowed)``."""
 
 
 class Circuit(nn.Module):
@@ -137,6 +124,12 @@ class Circuit(nn.Module):
     """Value checks on inputs: ``None`` (default) = on CPU tensors in eager mode only (they would
     synchronise a GPU with the host and break CUDA-graph capture), ``True`` = always, ``False`` = never."""
 
+    chunk_bytes: int | None = None
+    """Working memory (bytes) of one chunk of a pass without autograd: larger batches (and sample counts)
+    are evaluated in chunks of this size, exactly.  ``None`` (default): 64 MiB on a CPU, where chunks
+    that size run faster than one large pass (2.4x on the Sudoku circuit at batch 2048, see
+    docs/benchmarks.md), 2 GiB on other devices.  Set it per circuit."""
+
     def __init__(self, dag: Dag) -> None:
         super().__init__()
         self.dag = dag
@@ -150,6 +143,10 @@ class Circuit(nn.Module):
             self.register_buffer(f"idx_{i}", torch.as_tensor(idx, dtype=torch.long), persistent=False)
             self._meta.append((start, count, n_el, n_term))
         self.register_buffer("root_rows", torch.as_tensor(plan.roots, dtype=torch.long), persistent=False)
+        self._root_slots: list[int] = [int(r) for r in plan.roots]
+        # values per batch row: the node buffer and the largest gather of a pass; the weights kept for going down
+        self._pass_slots = plan.n_slots + max((c * e * a for _, c, e, a in self._meta), default=0)
+        self._kept_slots = sum(c * e for _, c, e, _ in self._meta if e > 1)
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -232,6 +229,21 @@ class Circuit(nn.Module):
             return _validation.reads_values(x)
         return self.validate_inputs
 
+    def _check_shape(self, x: Tensor) -> bool:
+        """Type and shape of ``x`` (host-side, free); whether it is the Boolean ``(B, n)`` form."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor of log-probabilities, got dtype {x.dtype}")
+        n, k = self.n_vars, self.n_values
+        if x.dim() == 2 and k == 2 and x.shape[1] == n:
+            return True
+        if x.dim() != 3 or x.shape[1:] != (n, k):
+            boolean = f", or (B, {n}) for log P(true) of Boolean variables" if k == 2 else ""
+            raise ValueError(f"x must have shape (B, {n}, {k}) ({n} positions with {k} values each){boolean}; "
+                             f"got {tuple(x.shape)}")
+        return False
+
     def categorical_input(self, x: Tensor) -> Tensor:
         """Check ``x`` and return it as ``(B, n, k)`` log-probabilities (see module docs).
 
@@ -241,48 +253,221 @@ class Circuit(nn.Module):
         Under ``torch.compile`` with ``validate_inputs=True`` they are device-side asserts
         (``torch._assert_async``), which stop the program rather than raise a ``ValueError``.
         """
-        if not isinstance(x, Tensor):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        if not x.is_floating_point():
-            raise TypeError(f"x must be a floating-point tensor of log-probabilities, got dtype {x.dtype}")
-        n, k = self.n_vars, self.n_values
+        boolean = self._check_shape(x)
         check = self.validates(x)
-        if x.dim() == 2 and k == 2 and x.shape[1] == n:
+        if boolean:
             if check:
                 require(~(x > 0).any(), "Boolean input (B, n) holds log P(X = true) and must be <= 0; "
                                          "pass log-probabilities (e.g. F.logsigmoid(logits)), not logits")
             x = torch.stack([_log1mexp(x), x], dim=-1)
-        elif x.dim() != 3 or x.shape[1:] != (n, k):
-            boolean = f", or (B, {n}) for log P(true) of Boolean variables" if k == 2 else ""
-            raise ValueError(f"x must have shape (B, {n}, {k}) ({n} positions with {k} values each){boolean}; "
-                             f"got {tuple(x.shape)}")
         if check:
             require(~torch.isnan(x).any(),
                      "x contains NaN; the circuit needs log-probabilities (use -inf for probability 0)")
             require(~torch.isposinf(x).any(), "x contains +inf; log-probabilities are at most 0")
         return x
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Log weighted model count of every root: ``(B, R)``.
+    def _prepared(self, x: Tensor, allowed: Tensor | None, rows: slice) -> Tensor:
+        """Rows ``rows`` of ``x`` as checked ``(b, n, k)`` log-weights, ``allowed`` applied, half precision in float32."""
+        whole = rows.stop - rows.start == x.shape[0]  # (no view to make: the common case)
+        xc = self.categorical_input(x if whole else x[rows])
+        if allowed is not None:
+            xc = apply_allowed(xc, allowed if whole else allowed[rows])
+        return xc.float() if xc.dtype in (torch.float16, torch.bfloat16) else xc
 
+    def _leaves(self, xc: Tensor) -> Tensor:
+        """``(n*k, b)``: the leaf rows of the node buffer."""
+        return xc.reshape(xc.shape[0], self.n_vars * self.n_values).t()
+
+    def _chunk_limit(self, device: torch.device) -> int:
+        if self.chunk_bytes is not None:
+            return self.chunk_bytes
+        return 1 << 26 if device.type == "cpu" else 1 << 31
+
+    def _chunks(self, total: int, bytes_each: int, device: torch.device) -> list[slice]:
+        """``range(total)`` cut into slices of at most :attr:`chunk_bytes` (one item at least)."""
+        step = max(1, self._chunk_limit(device) // max(bytes_each, 1))
+        return [slice(i, min(i + step, total)) for i in range(0, total, step)] or [slice(0, 0)]
+
+    def _row_bytes(self, x: Tensor, keep: bool) -> int:
+        """Estimated working bytes per batch row of a pass (keeping the weights to go back down or not)."""
+        itemsize = 4 if x.dtype in (torch.float16, torch.bfloat16) else x.element_size()
+        return itemsize * (self._pass_slots + (self._kept_slots if keep else 0))
+
+    def _check_memory(self, x: Tensor) -> None:
+        """Refuse, before allocating, a differentiable pass larger than the memory free on ``x``'s device."""
+        need = x.shape[0] * self._row_bytes(x, keep=True)
+        if need <= self._chunk_limit(x.device) or torch.compiler.is_compiling():
+            return
+        free = _free_bytes(x.device)
+        if free is not None and need > free:
+            raise MemoryError(
+                f"log_prob of a batch of {x.shape[0]} rows with gradients needs about {need / 2**30:.1f} GiB "
+                f"({self._pass_slots} node and term values plus {self._kept_slots} kept weights per row, "
+                f"{need // x.shape[0]} bytes), more than the {free / 2**30:.1f} GiB free on {x.device}: pass smaller "
+                f"batches, or evaluate without gradients (under torch.no_grad() the batch runs in chunks of "
+                f"circuit.chunk_bytes = {self._chunk_limit(x.device)} bytes)")
+
+    def forward(self, x: Tensor, semiring: str = "log") -> Tensor:
+        """Every root's value under ``semiring``: ``(B, R)``.
+
+        ``"log"`` (default): the log weighted model count ``log sum_{y |= alpha} exp(sum_v x[b, v, y_v])``;
+        ``"max"``: ``max_{y |= alpha} sum_v x[b, v, y_v]`` (its gradient is the MPE assignment, one-hot).
         Half-precision inputs (float16, bfloat16) are evaluated in float32 and the result is float32:
         a Sudoku circuit sums thousands of terms, and bfloat16's 8-bit mantissa would move the value
-        by a nat or more.  An empty batch gives an empty ``(0, R)`` result.
+        by a nat or more.  An empty batch gives an empty ``(0, R)`` result.  Without a graph to record
+        the batch runs in chunks of :attr:`chunk_bytes`; with one, a batch too large for the free
+        memory is a ``MemoryError`` (see the module docs).
         """
-        x = self.categorical_input(x)
-        if x.dtype in (torch.float16, torch.bfloat16):
-            x = x.float()
-        leaves = x.reshape(x.shape[0], self.n_vars * self.n_values).t()
+        sr = semirings.semiring(semiring)
+        self._check_shape(x)
         if x.shape[0] == 0:  # nothing to evaluate; keep the (empty) result in the graph
-            return leaves.t()[:, :1].expand(0, self.n_roots) * 0.0
-        if not (torch.is_grad_enabled() and leaves.requires_grad):  # no graph to record
-            return _forward_buffer(leaves, self._meta, self.n_slots, self._indices()).index_select(0, self.root_rows).t()
-        return _Evaluate.apply(leaves, tuple(self._meta), self.n_slots, self.root_rows, *self._indices()).t()
+            return self._leaves(self._prepared(x, None, slice(0, 0))).t()[:, :1].expand(0, self.n_roots) * 0.0
+        if torch.is_grad_enabled() and x.requires_grad:
+            self._check_memory(x)
+            leaves = self._leaves(self._prepared(x, None, slice(0, x.shape[0])))
+            return semirings.Evaluate.apply(leaves, sr.name, tuple(self._meta), self.n_slots, self.root_rows,
+                                            *self._indices()).t()
+        out = [semirings.bottom_up(self._leaves(self._prepared(x, None, rows)), self._meta, self.n_slots,
+                                   self._indices(), sr).index_select(0, self.root_rows).t()
+               for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=False), x.device)]
+        return out[0] if len(out) == 1 else torch.cat(out)
 
-    def log_prob(self, x: Tensor) -> Tensor:
-        """``log P(constraint)`` under the fully-factorized distribution: ``(B,)`` or ``(B, R)``."""
+    def log_prob(self, x: Tensor, allowed: Tensor | None = None) -> Tensor:
+        """``log P(alpha AND allowed)`` under the fully-factorized ``x``: ``(B,)``, or ``(B, R)`` for ``R`` roots."""
+        if allowed is not None:
+            x = apply_allowed(self.categorical_input(x), allowed)
         out = self(x)
         return out[:, 0] if self.n_roots == 1 else out
+
+    # -- queries on one root: MPE, samples, marginals -------------------------------------------
+    def _root_slot(self, root: int | None) -> int:
+        if root is None:
+            if self.n_roots != 1:
+                raise ValueError(f"this circuit has {self.n_roots} roots: pass root=r (0 <= r < {self.n_roots}) to "
+                                 "choose the constraint (for their conjunction, compile the conjunction)")
+            root = 0
+        if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < self.n_roots:
+            raise ValueError(f"root must be an int in 0..{self.n_roots - 1}, got {root!r}")
+        return self._root_slots[root]
+
+    def _check_query(self, x: Tensor, allowed: Tensor | None) -> None:
+        self._check_shape(x)
+        if allowed is None:
+            return
+        if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool:
+            raise TypeError(f"allowed must be a bool tensor, got {getattr(allowed, 'dtype', type(allowed).__name__)}")
+        if allowed.shape != (x.shape[0], self.n_vars, self.n_values):
+            raise ValueError(f"allowed must have shape (B, n, k) = {(x.shape[0], self.n_vars, self.n_values)}, "
+                             f"got {tuple(allowed.shape)}")
+
+    def _up(self, leaves: Tensor, sr: semirings.Semiring) -> tuple[Tensor, list[Tensor | None]]:
+        """The node buffer ``(n_slots, b)`` under ``sr`` and the weights each group kept for the way down."""
+        kept: list[Tensor | None] = []
+        return semirings.bottom_up(leaves, self._meta, self.n_slots, self._indices(), sr, kept), kept
+
+    def _down(self, like: Tensor, slot: int, n_cols: int, weights: Callable[[int], Tensor | None]) -> Tensor:
+        """The leaf rows ``(n*k, n_cols)`` that a top-down pass from root ``slot`` (seeded with 1) reaches."""
+        seed = like.new_zeros(self.n_slots, n_cols)
+        seed[slot] = 1.0
+        return semirings.top_down(seed, self._meta, self._indices(), weights)[2:2 + self.n_vars * self.n_values]
+
+    def _values(self, leaf_rows: Tensor) -> Tensor:
+        """``(N, n)`` values from leaf rows ``(n*k, N)`` holding one 1 per variable and column."""
+        values = torch.arange(self.n_values, dtype=leaf_rows.dtype, device=leaf_rows.device).view(1, -1, 1)
+        return (leaf_rows.view(self.n_vars, self.n_values, -1) * values).sum(1).t().long()
+
+    @torch.no_grad()
+    def mpe(self, x: Tensor, allowed: Tensor | None = None, *, root: int | None = None) -> MPE:
+        """The most probable assignment that satisfies the constraint (and ``allowed``), per example.
+
+        Args:
+            x: ``(B, n, k)`` log-probabilities (or ``(B, n)`` ``log q(true)`` for a Boolean circuit).
+            allowed: optional bool ``(B, n, k)`` unit constraints conjoined with the constraint.
+            root: which root of a multi-rooted circuit (default: the only one).
+
+        Returns:
+            :class:`MPE` ``(values, log_prob)``: ``values`` ``(B, n)`` int64, a maximiser
+            ``y* = argmax_{y |= alpha AND allowed} sum_v x[b, v, y_v]`` (ties: any maximiser), and
+            ``log_prob`` ``(B,)`` its log-weight ``sum_v x[b, v, y*_v]``.  Where there is no model:
+            values ``-1`` and ``log_prob`` ``-inf``.
+        """
+        self._check_query(x, allowed)
+        slot = self._root_slot(root)
+        values, log_prob = [], []
+        for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=True), x.device):
+            xc = self._prepared(x, allowed, rows)
+            buf, kept = self._up(self._leaves(xc), semirings.MAX)
+            leaf_rows = self._down(buf, slot, xc.shape[0], kept.__getitem__)
+            v, lp = _scored(xc, self._values(leaf_rows).unsqueeze(0), torch.isneginf(buf[slot]))
+            values.append(v[0])
+            log_prob.append(lp[0])
+        return MPE(torch.cat(values), torch.cat(log_prob))
+
+    @torch.no_grad()
+    def sample(self, x: Tensor, num_samples: int = 1, *, allowed: Tensor | None = None, root: int | None = None,
+               generator: torch.Generator | None = None) -> Samples:
+        """Exact samples from ``q(y | alpha AND allowed)``, ``num_samples`` per example, drawn top-down.
+
+        Args:
+            x: ``(B, n, k)`` log-probabilities (or ``(B, n)`` ``log q(true)`` for a Boolean circuit);
+                they need not be normalised.
+            num_samples: ``S``, samples per example (the bottom-up pass runs once for all of them).
+            allowed: optional bool ``(B, n, k)`` unit constraints conjoined with the constraint.
+            root: which root of a multi-rooted circuit (default: the only one).
+            generator: a ``torch.Generator`` on ``x``'s device (default: the global one).  The same
+                generator state, inputs and :attr:`chunk_bytes` give the same samples.
+
+        Returns:
+            :class:`Samples` ``(values, log_prob, log_partition)``: ``values`` ``(S, B, n)`` int64,
+            ``log_prob`` ``(S, B)`` = ``sum_v x[b, v, y_v]`` of each sample, and ``log_partition`` ``(B,)``
+            = ``log P(alpha AND allowed)``, so ``log_prob - log_partition`` is ``log q(y | alpha AND allowed)``.
+            Where there is no model: values ``-1``, ``log_prob`` and ``log_partition`` ``-inf``.
+            Exact up to the floating-point precision of ``x`` (one uniform draw per node and sample).
+        """
+        self._check_query(x, allowed)
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+            raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
+        if generator is not None and (not isinstance(generator, torch.Generator)
+                                      or generator.device.type != x.device.type):
+            raise ValueError(f"generator must be a torch.Generator on {x.device.type} (where x is), got "
+                             f"{generator.device if isinstance(generator, torch.Generator) else type(generator).__name__}")
+        slot = self._root_slot(root)
+        values, log_prob, log_z = [], [], []
+        for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=True), x.device):
+            xc = self._prepared(x, allowed, rows)
+            buf, kept = self._up(self._leaves(xc), semirings.LOG)
+            b = xc.shape[0]
+            v_chunk, lp_chunk = [], []
+            for draws in self._chunks(num_samples, b * self._row_bytes(xc, keep=False), x.device):
+                s = draws.stop - draws.start
+                leaf_rows = self._down(buf, slot, s * b, lambda g: None if kept[g] is None else
+                                       semirings.sampled_choices(kept[g], s, generator))
+                v, lp = _scored(xc, self._values(leaf_rows).reshape(s, b, self.n_vars),
+                                torch.isneginf(buf[slot]))
+                v_chunk.append(v)
+                lp_chunk.append(lp)
+            values.append(torch.cat(v_chunk))
+            log_prob.append(torch.cat(lp_chunk))
+            log_z.append(buf[slot])
+        return Samples(torch.cat(values, 1), torch.cat(log_prob, 1), torch.cat(log_z))
+
+    @torch.no_grad()
+    def marginals(self, x: Tensor, allowed: Tensor | None = None, *, root: int | None = None) -> Tensor:
+        """``(B, n, k)``: ``P(y_v = c | alpha AND allowed)`` under the fully-factorized ``x``.
+
+        The gradient of ``log P(alpha AND allowed)`` with respect to ``x`` (one top-down pass of the
+        hand-written backward), not differentiable itself.  Each ``[b, v]`` row sums to 1; where there is
+        no model, the example's marginals are all 0.  ``root`` picks the root of a multi-rooted circuit.
+        """
+        self._check_query(x, allowed)
+        slot = self._root_slot(root)
+        out = []
+        for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=True), x.device):
+            xc = self._prepared(x, allowed, rows)
+            buf, kept = self._up(self._leaves(xc), semirings.LOG)
+            mu = self._down(buf, slot, xc.shape[0], kept.__getitem__).t().reshape(xc.shape)
+            out.append(mu.masked_fill(torch.isneginf(buf[slot]).view(-1, 1, 1), 0.0))
+        return torch.cat(out)
 
     def compiled(self, **options: Any) -> Callable[[Tensor], Tensor]:
         """:meth:`log_prob` compiled with ``torch.compile(fullgraph=True, **options)``, once per circuit.
@@ -335,6 +520,38 @@ class Circuit(nn.Module):
         return out[:, 0] if self.n_roots == 1 else out
 
 
+def apply_allowed(log_probs: Tensor, allowed: Tensor | None) -> Tensor:
+    """Set ``log_probs`` to ``-inf`` where ``allowed`` is False (``allowed``: bool ``(B, n, k)``)."""
+    if allowed is None:
+        return log_probs
+    if allowed.dtype != torch.bool:
+        raise TypeError(f"allowed must be a bool tensor, got dtype {allowed.dtype}")
+    if allowed.shape != log_probs.shape:
+        raise ValueError(f"allowed must have the shape of the log-probabilities {tuple(log_probs.shape)}, "
+                         f"got {tuple(allowed.shape)}")
+    return log_probs.masked_fill(~allowed, float("-inf"))
+
+
+def _scored(xc: Tensor, values: Tensor, unsat: Tensor) -> tuple[Tensor, Tensor]:
+    """Assignments ``(S, b, n)`` and their log-weights ``(S, b)`` under ``xc`` ``(b, n, k)``, sentinels where ``unsat``."""
+    log_prob = xc.unsqueeze(0).expand(values.shape[0], *xc.shape).gather(3, values.unsqueeze(3)).squeeze(3).sum(2)
+    return (values.masked_fill(unsat.view(1, -1, 1), -1),
+            log_prob.masked_fill(unsat.view(1, -1), float("-inf")))
+
+
+def _free_bytes(device: torch.device) -> int | None:
+    """Memory free for tensors on ``device`` (None where unknown: meta, other accelerators)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cpu":  # Linux; elsewhere unknown
+        try:
+            with open("/proc/meminfo") as f:
+                return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+        except (OSError, StopIteration, ValueError, IndexError):
+            return None
+    return None
+
+
 def _own_code(method: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
     """``method`` wrapped in a function with a fresh code object (so a compile cache of its own)."""
     def call(x: Tensor) -> Tensor:
@@ -355,11 +572,16 @@ def _safe_logsumexp(x: Tensor, dim: int) -> Tensor:
 def _log1mexp(x: Tensor) -> Tensor:
     """log(1 - exp(x)) for x <= 0, accurate near 0 (Maechler 2012); exactly -inf at x = 0.
 
-    At x = 0 the derivative is infinite; it is defined as 0 here (the clamp stops it), so a
-    probability of exactly 1 gives finite gradients.
+    Subnormal x (between the smallest normal ``-tiny`` and 0) give ``log(-x)``, which is exact there
+    (``1 - exp(x) = -x`` to rounding): -103.28 for float32's -1.4e-45, not the -87.34 of ``-tiny``.
+    The derivative (about ``1/x``) overflows there and is infinite at 0: it is defined as 0 above
+    ``-tiny`` (the clamp stops it), so a probability of (almost) exactly 1 gives finite gradients.
     """
-    xs = x.clamp(max=-torch.finfo(x.dtype).tiny)
+    tiny = torch.finfo(x.dtype).tiny
+    xs = x.clamp(max=-tiny)
     small = xs > -0.6931471805599453
     a = torch.log(-torch.expm1(torch.where(small, xs, torch.full_like(xs, -1.0))))
     b = torch.log1p(-torch.exp(torch.where(small, torch.full_like(xs, -1.0), xs)))
-    return torch.where(x >= 0, torch.full_like(x, float("-inf")), torch.where(small, a, b))
+    subnormal = (x > -tiny) & (x < 0)
+    c = torch.log(-torch.where(subnormal, x.detach(), torch.full_like(xs, -1.0)))  # no gradient, as at the clamp
+    return torch.where(x >= 0, torch.full_like(x, float("-inf")), torch.where(subnormal, c, torch.where(small, a, b)))

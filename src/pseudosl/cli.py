@@ -1,10 +1,10 @@
 """The ``pseudosl`` command line: ``pseudosl <experiment> train|eval`` (and an experiment's own steps),
 ``pseudosl reproduce``, ``pseudosl fidelity``.
 
-Every experiment registers itself in :data:`EXPERIMENTS` (its name, a one-line help, and where to
-import its :class:`~pseudosl.experiments.harness.Experiment` and presets).  The ``train`` flags are
-made from the experiment's config dataclass, one per field (``n_train`` -> ``--n-train``), so a flag
-and a TOML key are checked by the same code.  An experiment may contribute further steps
+Every experiment registers itself in :data:`pseudosl.experiments.registry.EXPERIMENTS` (its name, a
+one-line help, and where to import its :class:`~pseudosl.experiments.harness.Experiment` and presets).
+The ``train`` flags are made from the experiment's config dataclass, one per field (``n_train`` ->
+``--n-train``), so a flag and a TOML key are checked by the same code.  An experiment may contribute further steps
 (``Experiment.actions``: name -> help, run by ``Experiment.run_action(name, cfg)``, e.g. the detox
 experiment's ``pretrain`` and ``generate``); they take the same config flags as ``train``.
 """
@@ -13,22 +13,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import sys
 import types
 import typing
 from pathlib import Path
 
-__all__ = ["main", "build_parser", "experiment", "add_config_flags", "EXPERIMENTS"]
+from .errors import user_message
+from .experiments.registry import EXPERIMENTS, experiment
 
-# name -> (one-line help, "module:class" of its Experiment); an experiment adds one line here
-EXPERIMENTS: dict[str, tuple[str, str]] = {
-    "sudoku": ("Sudoku as autoregressive generation (paper Table 1)",
-               "pseudosl.experiments.sudoku.train:SudokuExperiment"),
-    "warcraft": ("Warcraft shortest paths (paper Table 2)", "pseudosl.experiments.warcraft.train:WarcraftExperiment"),
-    "detox": ("Detoxifying a language model: SGEAT and PSL (paper Table 3)",
-              "pseudosl.experiments.detox.train:DetoxExperiment"),
-}
+__all__ = ["main", "build_parser", "add_config_flags"]
+
 _NOT_FLAGS = {"preset"}  # set by --preset/--quick
 
 
@@ -64,14 +58,6 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> list[str]:
                                 metavar=f.name.upper())
         names.append(f.name)
     return names
-
-
-def experiment(name: str):
-    """The registered :class:`~pseudosl.experiments.harness.Experiment` called ``name``."""
-    if name not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}")
-    module, cls = EXPERIMENTS[name][1].split(":")
-    return getattr(importlib.import_module(module), cls)()
 
 
 def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
@@ -119,6 +105,7 @@ def _load(args: argparse.Namespace):
 
 def _action(args: argparse.Namespace) -> None:
     exp, cfg = _load(args)
+    cfg.preflight()
     exp.run_action(args.action_name, cfg)
 
 
@@ -176,12 +163,13 @@ def _add_fidelity(sub: argparse._SubParsersAction) -> None:
 def _fidelity(args: argparse.Namespace) -> None:
     import torch
 
+    from .experiments.config import check_device
     from .experiments.fidelity import checkpoint_inputs, hf_inputs, run_fidelity
     if args.n_examples < 1:
         raise ValueError(f"--n-examples must be >= 1, got {args.n_examples}")
     if args.checkpoint is not None and (args.length is not None or args.text is not None):
         raise ValueError("--length and --text apply to --hf-model only (a checkpoint fixes n)")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = check_device(args.device)
     torch.manual_seed(args.seed)
     gen = torch.Generator(device).manual_seed(args.seed)
     if args.checkpoint is not None:
@@ -207,12 +195,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command; an anticipated error prints one line and exits with status 2, Ctrl-C with 130."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, FileNotFoundError) as e:
-        parser.exit(2, f"pseudosl: error: {e}\n")
+    except KeyboardInterrupt:
+        parser.exit(130, "pseudosl: interrupted (checkpoints up to the last finished epoch are kept: --resume "
+                         "continues)\n")
+    except Exception as e:
+        message = user_message(e)
+        if message is None:
+            raise
+        parser.exit(2, f"pseudosl: error: {message}\n")
     return 0
 
 

@@ -23,13 +23,14 @@ from typing import Sequence
 from .cache import cached_circuit
 from .circuit import Circuit
 from .logic.automaton import DFA, automaton_dag, forbidden_words_dfa
+from .logic.categorical import CatFormula, categorical_dag
 from .logic.cnf import cnf_formula, normalize_clauses, parse_dimacs
 from .logic.errors import (DEFAULT_MAX_EDGES, DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, UnsatisfiableError, as_int,
                            check_int, check_limit)
 from .logic.formula import Formula, dag_key
 from .logic.sddcompile import VTREE_TYPES, compile_with_pysdd
 
-__all__ = ["compile_cnf", "compile_formula", "compile_automaton", "no_forbidden_words"]
+__all__ = ["compile_cnf", "compile_formula", "compile_categorical", "compile_automaton", "no_forbidden_words"]
 
 
 def compile_cnf(path_or_clauses: str | Path | Sequence[Sequence[int]], n_vars: int | None = None, *,
@@ -123,6 +124,52 @@ def compile_formula(formula_or_list: Formula | Sequence[Formula], n_vars: int | 
                                                                      max_vars=max_vars, max_nodes=max_nodes)),
                              enabled=cache)
     return _check_sat(circuit, allow_unsat, "the formula")
+
+
+def compile_categorical(formula_or_list: CatFormula | Sequence[CatFormula], n_positions: int | None = None, *,
+                        n_values: int | None = None, max_nodes: int = 1_000_000, allow_unsat: bool = False,
+                        cache: bool = True) -> Circuit:
+    """Compile a categorical formula (or a list: one root per formula) over positions with ``k`` values.
+
+    Formulas are written over :func:`~pseudosl.logic.categorical.positions` (``y[i] != y[i + 1]``,
+    ``y[i].isin({0, 2})``, ``y[i] == 1``, ``&``, ``|``, ``~``, ``implies``); compiled without SDD into an ordered
+    decision diagram (:mod:`pseudosl.logic.categorical`).
+
+    Args:
+        formula_or_list: a :class:`~pseudosl.logic.categorical.CatFormula`, or a non-empty list of them.
+        n_positions: ``n``; defaults to the largest position mentioned plus one.
+        n_values: ``k``; defaults to the positions' number of values.
+        max_nodes: refuse (``CategoricalSizeError``) a decision diagram larger than this.
+        allow_unsat, cache: as in :func:`compile_cnf`.
+
+    Example:
+        >>> from pseudosl.logic.categorical import all_of, positions
+        >>> y = positions(6, 3)
+        >>> circuit = compile_categorical(all_of(y[i] != y[i + 1] for i in range(5)))   # 3 * 2**5 = 96 models
+    """
+    formulas = [formula_or_list] if isinstance(formula_or_list, CatFormula) else formula_or_list
+    if isinstance(formulas, (str, bytes)) or not isinstance(formulas, Sequence) or not formulas:
+        raise TypeError(f"formula_or_list must be a categorical formula or a non-empty list of them, got {formula_or_list!r}")
+    formulas = list(formulas)
+    for i, f in enumerate(formulas):
+        if not isinstance(f, CatFormula):
+            raise TypeError(f"formula {i} is a {type(f).__name__} ({f!r}), not a categorical formula "
+                            "(build one from pseudosl.logic.categorical.positions)")
+    mentioned = set().union(*(f.positions() for f in formulas))
+    if n_positions is None:
+        if not mentioned:
+            raise ValueError("the formulas mention no position; pass n_positions (>= 1) to size the circuit")
+        n_positions = max(mentioned) + 1
+    if n_values is None:
+        ks = set().union(*(f.n_values() for f in formulas))
+        if len(ks) != 1:
+            raise ValueError("pass n_values: the formulas " + ("mention no position" if not ks else
+                                                              f"mix positions with {sorted(ks)} values"))
+        n_values = ks.pop()
+    key = ("categorical", n_positions, n_values, max_nodes, tuple(repr(f) for f in formulas))
+    circuit = cached_circuit(key, lambda: Circuit(categorical_dag(formulas, n_positions, n_values,
+                                                                  max_nodes=max_nodes)), enabled=cache)
+    return _check_sat(circuit, allow_unsat, "the categorical formula")
 
 
 def compile_automaton(dfa: DFA, n_positions: int, *, cache: bool = True,

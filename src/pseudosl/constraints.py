@@ -165,7 +165,7 @@ def simple_path(rows: int, cols: int, max_edges: int | None = None, *, cache: bo
         max_edges: keep only paths of at most this many edges; ``None`` = no bound.  It is rounded
             down to the parity of ``rows + cols`` (every path has that parity) and one of at least
             ``rows * cols - 1`` is no bound.  Below ``rows + cols - 2`` (the shortest path) raises
-            :class:`~pseudosl.UnsatisfiableError`.
+            :class:`~pseudosl.logic.errors.UnsatisfiableError`.
         cache: use the on-disk compile cache.
         progress: show a tqdm bar while compiling (default: for grids of 100 edges or more).
         max_nodes: stop with a ``SizeLimitError`` above this many frontier states (about the circuit's

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._validation import require
-from .circuit import Circuit, _log1mexp
+from .circuit import Circuit, _log1mexp, apply_allowed
 
 __all__ = ["constraint_log_prob", "product_log_prob", "semantic_loss", "constraint_entropy", "log_probs_from_logits",
            "reduce_loss"]
@@ -79,18 +79,6 @@ def _log_softmax_with_infinities(logits: Tensor, check: bool) -> Tensor:
     limit = limit - top.sum(-1, keepdim=True).clamp(min=1).to(logits.dtype).log()
     finite = logits.masked_fill(top, 0.0).log_softmax(-1)  # no NaN in the branch that is not taken
     return torch.where(top.any(-1, keepdim=True), limit, finite)
-
-
-def apply_allowed(log_probs: Tensor, allowed: Tensor | None) -> Tensor:
-    """Set ``log_probs`` to ``-inf`` where ``allowed`` is False (``allowed``: bool ``(B, n, k)``)."""
-    if allowed is None:
-        return log_probs
-    if allowed.dtype != torch.bool:
-        raise TypeError(f"allowed must be a bool tensor, got dtype {allowed.dtype}")
-    if allowed.shape != log_probs.shape:
-        raise ValueError(f"allowed must have the shape of the log-probabilities {tuple(log_probs.shape)}, "
-                         f"got {tuple(allowed.shape)}")
-    return log_probs.masked_fill(~allowed, float("-inf"))
 
 
 def constraint_log_prob(circuit: Circuit, log_probs: Tensor, allowed: Tensor | None = None) -> Tensor:

@@ -1,6 +1,6 @@
 """``pseudosl reproduce --quick | --paper``: every experiment's preset, then the report's tables.
 
-Each registered experiment (:data:`pseudosl.cli.EXPERIMENTS`) is trained with its ``quick`` or
+Each registered experiment (:data:`pseudosl.experiments.registry.EXPERIMENTS`) is trained with its ``quick`` or
 ``paper`` preset through the shared harness (``--overwrite``: a reproduction starts afresh), then
 its section of the report is written between markers::
 
@@ -80,7 +80,7 @@ def _load(machine: dict) -> str:
 def reproduce(mode: str, report: Path | None = None, only: list[str] | None = None,
               runs: Path = Path("runs/reproduce")) -> Path:
     """Run ``mode`` (``quick`` or ``paper``) for every experiment (or ``only`` those) and update ``report``."""
-    from .cli import EXPERIMENTS, experiment
+    from .experiments.registry import EXPERIMENTS, experiment
     from .experiments.config import load_config
     from .experiments.harness import train
     if mode not in ("quick", "paper"):

@@ -24,14 +24,17 @@ from typing import Any, TypeVar
 
 import tomllib
 
+from ..errors import PseudoslError
+
 __all__ = ["RunConfig", "ConfigError", "spec", "load_config", "preset_path", "RUN_FREE_FIELDS", "split_model",
-           "model_variant"]
+           "model_variant", "check_device"]
 
 C = TypeVar("C", bound="RunConfig")
 
 
-class ConfigError(ValueError):
-    """A config field or flag holds a value of the wrong type or out of range."""
+class ConfigError(PseudoslError, ValueError):
+    """A config field or flag holds a value of the wrong type or out of range, or names a file, device or
+    key this machine does not have."""
 
 
 def spec(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
@@ -90,6 +93,9 @@ class RunConfig:
             raise ConfigError(f"seeds: {self.seeds} repeats a seed")
         if not self.seeds:
             raise ConfigError("seeds: give at least one seed")
+        if self.patience is not None and getattr(self, "n_val", None) == 0:  # experiments name their validation size n_val
+            raise ConfigError(f"patience = {self.patience} stops early on the validation split, but n_val = 0 (none): "
+                              f"set n_val (e.g. --n-val 1000) or drop patience")
         if self.constraint_start_epoch > self.epochs:
             raise ConfigError(f"constraint_start_epoch = {self.constraint_start_epoch} is past the last epoch "
                               f"(epochs = {self.epochs}): the constrained models would train without their loss; "
@@ -98,6 +104,11 @@ class RunConfig:
 
     def check(self) -> None:
         """Cross-field rules of a subclass (raise :class:`ConfigError`)."""
+
+    def preflight(self) -> None:
+        """Checks of this machine that the run needs (files, folders, API keys), cheap, run before any work
+        by ``harness.train`` and the CLI's extra steps (raise :class:`ConfigError` naming the field and the fix).
+        :meth:`check` stays free of the file system, so a saved config loads anywhere."""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -188,6 +199,8 @@ def _coerce(value: Any, t: Any, name: str) -> Any:
     if t is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{name} = {value!r}: expected an integer")
+        if not -2**63 <= value < 2**63:  # torch and numpy sizes are int64
+            raise ConfigError(f"{name} = {value!r}: too large (at most 2**63 - 1)")
         return value
     if t is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -243,7 +256,7 @@ def load_config(cls: type[C], path: str | Path | None = None, **overrides: Any) 
     if path is not None:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"config file {path} not found")
+            raise ConfigError(f"--config {path}: no such file")
         try:
             with open(path, "rb") as f:
                 values = tomllib.load(f)
@@ -261,3 +274,26 @@ def load_config(cls: type[C], path: str | Path | None = None, **overrides: Any) 
         if overrides.get(field) is not None:  # the bad value came from a flag, not from the file
             raise ConfigError(f"--{field.replace('_', '-')}: {e}") from None
         raise ConfigError(f"{path}: {e}" if path is not None else str(e)) from None
+
+
+# -- devices ---------------------------------------------------------------------------------------
+def check_device(name: str | None, flag: str = "--device") -> str:
+    """``name`` as a torch device this machine has (``None``: ``cuda`` if available, else ``cpu``), or a
+    :class:`ConfigError` naming the flag, the value and the fix."""
+    import torch
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        raise ConfigError(f"{flag} {name!r}: not a torch device; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{flag} {name}: CUDA is not available here (torch {torch.__version__}, "
+                              f"{'no CUDA build' if torch.version.cuda is None else 'no GPU found'}); use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"{flag} {name}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                              f"use cuda:0 .. cuda:{torch.cuda.device_count() - 1}")
+    elif device.type not in ("cpu", "mps") or (device.type == "mps" and not torch.backends.mps.is_available()):
+        raise ConfigError(f"{flag} {name}: device type {device.type!r} is not available here; use cpu or cuda")
+    return name

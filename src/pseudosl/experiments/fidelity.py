@@ -29,7 +29,6 @@ import torch
 from torch import Tensor
 
 from ..psl import CausalLMEngine, Fidelity, local_fidelity
-from ..psl.fidelity import model_sampler
 
 __all__ = ["FidelityRun", "checkpoint_inputs", "hf_inputs", "run_fidelity", "format_report", "plot_positions", "PAPER"]
 
@@ -51,7 +50,7 @@ class FidelityRun:
 
 def checkpoint_inputs(path: str | Path, n_examples: int, device: str) -> FidelityRun:
     """The checkpoint's model (best on validation when there is one) on its experiment's test inputs."""
-    from ..cli import experiment
+    from .registry import experiment
     from .harness import CheckpointError, load_checkpoint
     ckpt = load_checkpoint(Path(path))
     if "experiment" not in ckpt:
@@ -94,9 +93,7 @@ def hf_inputs(name: str, length: int, n_examples: int, device: str, text: str | 
     engine = CausalLMEngine(model, prompt, max_neighbours_per_chunk=512)
     chunk = max(1, (1 << 26) // (length * vocab))  # rows per call: ~256 MB of float32 logits
     if text is None:
-        draw = model_sampler(engine, n_examples, length, generator, device)
-        assert draw is not None  # a CausalLMEngine has step_log_probs
-        anchors = draw(1)[:, 0]
+        anchors = engine.sample(length=length, generator=generator)  # (n_examples, length): exact samples of p
         return FidelityRun(engine, anchors, f"{name} (V = {vocab})",
                            f"{n_examples} windows of {length} tokens sampled from the model after BOS", chunk)
     if tok is None:

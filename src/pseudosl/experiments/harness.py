@@ -7,7 +7,9 @@ harness owns everything else, the same for every experiment:
   ``(seed, epoch)`` only, so a resumed run sees the same batches;
 * run folders: ``runs/<experiment>/<preset>-<content key>/<model>-seed<seed>/checkpoint.pt`` by
   default (the key hashes every config field that changes what is computed, so two presets never
-  share a folder); training refuses to replace checkpoints unless ``resume`` or ``overwrite``;
+  share a folder); training refuses to replace checkpoints unless ``resume`` or ``overwrite``, locks
+  the folder, records its config in ``run.json`` and refuses runs that do not belong together
+  (:mod:`pseudosl.experiments.runs`);
 * checkpoints after every epoch (config, model, optimizer, RNG states, history, early-stopping
   state) and an exact ``resume``;
 * model selection: with a validation split, the checkpoint of the best validation score
@@ -45,7 +47,10 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm.auto import tqdm
 
+from ..errors import PseudoslError, RunFolderError, StorageError
 from .config import RUN_FREE_FIELDS, ConfigError, RunConfig, model_variant, split_model
+from .runs import (LOCK, MANIFEST, atomic_path, check_identity, check_manifest, check_out_folder, run_dirs,
+                   run_lock, watch_parent, write_manifest)
 
 __all__ = ["Experiment", "Splits", "train", "train_run", "run_folder", "evaluate_checkpoints", "summarize",
            "format_table", "load_checkpoint", "make_accelerator", "CheckpointError", "model_label",
@@ -54,8 +59,8 @@ __all__ = ["Experiment", "Splits", "train", "train_run", "run_folder", "evaluate
 C = TypeVar("C", bound=RunConfig)
 
 
-class CheckpointError(ValueError):
-    """A checkpoint is missing, unreadable or from another experiment."""
+class CheckpointError(PseudoslError, ValueError):
+    """A checkpoint is missing, unreadable, from another experiment, or cannot continue as asked."""
 
 
 @dataclass
@@ -197,11 +202,43 @@ def _check_resumable(saved: dict, cfg: RunConfig, path: Path) -> None:
                           + "; use the same settings, another --out, or --overwrite")
 
 
+def _check_continuable(ckpt: dict, cfg: RunConfig, name: str, seed: int, path: Path) -> None:
+    """``--resume``: the checkpoint is this run's (model, seed, config) and can reach ``cfg.epochs``."""
+    check_identity(ckpt, path, name, seed)
+    _check_resumable(ckpt["config"], cfg, path)
+    done = ckpt["epoch"]
+    if done > cfg.epochs:
+        raise CheckpointError(f"--resume --epochs {cfg.epochs}: {path} has already trained {done} epochs, and a run "
+                              f"cannot go back; pass --epochs {done} (or more) to resume it, or --overwrite to train "
+                              f"{cfg.epochs} epochs afresh")
+    if ckpt["optimizer"] is None and done < cfg.epochs and not ckpt.get("stopped"):
+        raise CheckpointError(f"--resume --epochs {cfg.epochs}: {path} was packed as finished after {done} epochs "
+                              f"(its optimizer state was dropped), so it cannot train on; pass --epochs {done}")
+
+
+def _load_weights(model: nn.Module, weights: dict, path: Path, name: str) -> None:
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:  # missing / unexpected keys, shape mismatches
+        raise CheckpointError(f"{path}: its weights do not fit model {name!r} ({str(e).splitlines()[0][:160]}); "
+                              f"is it another model's checkpoint?") from None
+
+
 def _prepare_folder(exp: Experiment, cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse to replace checkpoints silently; ``resume`` with nothing to resume is an error."""
+    """Refuse to replace checkpoints silently, to mix configs, or to leave runs out of the folder's results
+    (``results.json`` and ``table.txt`` always describe every run of the folder); ``resume`` with nothing to
+    resume is an error.  Runs under the folder's lock."""
     if resume and overwrite:
         raise ConfigError("--resume and --overwrite exclude each other")
-    existing = [p for name in cfg.models for seed in cfg.seeds if (p := _ckpt_path(out, name, seed)).exists()]
+    found = run_dirs(out)
+    mine = {f"{name}-seed{seed}" for name in cfg.models for seed in cfg.seeds}
+    others = sorted(set(found) - mine)
+    if others:
+        raise RunFolderError(f"{out} also holds the runs {', '.join(others[:4])}{' ...' if len(others) > 4 else ''}, "
+                             f"which are not among --models {' '.join(cfg.models)} x --seeds "
+                             f"{' '.join(map(str, cfg.seeds))}; its results would leave them out: list them too "
+                             f"(with --resume), or pass another --out")
+    existing = [found[d] for d in sorted(set(found) & mine)]
     if resume and not existing:
         raise ConfigError(f"--resume: nothing to resume under {out} (no <model>-seed<seed>/checkpoint.pt for "
                           f"models {cfg.models}, seeds {cfg.seeds}); drop --resume to start")
@@ -211,6 +248,8 @@ def _prepare_folder(exp: Experiment, cfg: RunConfig, out: Path, resume: bool, ov
     if overwrite:
         for p in existing:
             shutil.rmtree(p.parent)
+        (out / MANIFEST).unlink(missing_ok=True)
+    check_manifest(out, exp.name, cfg.content_key(), f"--out {out}")
 
 
 # -- one model, one seed --------------------------------------------------------------------------
@@ -227,9 +266,10 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
              "bad_evals": 0, "stopped": False}
     if resume and ckpt_path.exists():
         ckpt = load_checkpoint(ckpt_path, exp.name)
-        _check_resumable(ckpt["config"], shared, ckpt_path)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
+        _check_continuable(ckpt, shared, name, seed, ckpt_path)
+        _load_weights(model, ckpt["model"], ckpt_path, name)
+        if ckpt["optimizer"] is not None:  # None: packed as finished (pseudosl.experiments.archive), never trains on
+            optimizer.load_state_dict(ckpt["optimizer"])
         state.update({k: ckpt[k] for k in state if k in ckpt})
         _set_rng_state(ckpt["rng"])
         accelerator.print(f"[{name} seed {seed}] resumed from {ckpt_path} at epoch {state['epoch']}")
@@ -295,10 +335,9 @@ def _save(exp: Experiment, cfg: RunConfig, name: str, seed: int, state: dict, mo
           optimizer: torch.optim.Optimizer, ckpt_path: Path, accelerator: Any) -> None:
     if accelerator.is_main_process:
         ckpt_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ckpt_path.with_suffix(".tmp")
-        torch.save({**state, "experiment": exp.name, "config": cfg.to_dict(), "model_name": name, "seed": seed,
-                    "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": _rng_state()}, tmp)
-        tmp.replace(ckpt_path)  # atomic: an interrupted save never leaves a truncated checkpoint
+        with atomic_path(ckpt_path) as tmp:  # an interrupted or failed save never leaves a truncated checkpoint
+            torch.save({**state, "experiment": exp.name, "config": cfg.to_dict(), "model_name": name, "seed": seed,
+                        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": _rng_state()}, tmp)
     accelerator.wait_for_everyone()
 
 
@@ -377,16 +416,38 @@ def _machine() -> dict:
 
 # -- entry points -----------------------------------------------------------------------------------
 def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict:
-    """Train every model of ``cfg.models`` for every seed, then write results, table and figures."""
+    """Train every model of ``cfg.models`` for every seed, then write results, table and figures.
+
+    The run folder is locked while the runs write it (the main process holds the lock); the folder, the
+    machine (``cfg.preflight()``) and every checkpoint to resume are checked before any data is made."""
     accelerator = make_accelerator()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = run_folder(exp, cfg)
-    _prepare_folder(exp, cfg, out, resume, overwrite)  # before any data is made
-    if accelerator.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
+    check_out_folder(out)
+    cfg.preflight()
+    if not accelerator.is_main_process:  # the main process checks and locks the folder (a refusal ends the launch)
+        return _train(exp, cfg, out, accelerator, resume)
+    created = not out.exists()
+    try:
+        with run_lock(out) as stale:
+            if stale:
+                print(f"{out}: taking over the lock of a run that ended without releasing it ({stale})")
+            _prepare_folder(exp, cfg, out, resume, overwrite)  # before any data is made
+            write_manifest(out, exp.name, cfg)
+            return _train(exp, cfg, out, accelerator, resume)
+    except PseudoslError:
+        if created and out.is_dir() and not any(p.name not in (LOCK, MANIFEST) for p in out.iterdir()):
+            shutil.rmtree(out, ignore_errors=True)  # refused before any run wrote to it: leave no empty folder
+        raise
+
+
+def _train(exp: Experiment, cfg: RunConfig, out: Path, accelerator: Any, resume: bool) -> dict:
     t0 = time.time()
     splits = exp.load_data(cfg)
+    if cfg.patience is not None and splits.val is None:
+        raise ConfigError(f"patience = {cfg.patience} stops early on the validation split, but {exp.name} has none "
+                          f"with this config; configure one or drop patience")
     accelerator.print(f"{exp.name}: {splits.description}; out: {out}")
     pairs = [(name, seed) for name in cfg.models for seed in cfg.seeds]
     if cfg.jobs > 1 and accelerator.num_processes > 1:
@@ -406,18 +467,26 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
               "machine": _machine(), "runs": [{k: v for k, v in r.items() if k != "predictions"} for r in runs]}
     if accelerator.is_main_process:
         from .plots import plot_curves
-        (out / "results.json").write_text(json.dumps(result, indent=2))
-        plot_curves(result["runs"], exp.curve_metrics or exp.metrics, out / "curves.png",
-                    labels={m: model_label(exp, m) for m in cfg.models}, title=f"{exp.name}, preset {cfg.preset}",
-                    units=exp.units)
+        with atomic_path(out / "results.json") as tmp:
+            tmp.write_text(json.dumps(result, indent=2))
+        with atomic_path(out / "curves.png") as tmp:
+            plot_curves(result["runs"], exp.curve_metrics or exp.metrics, tmp,
+                        labels={m: model_label(exp, m) for m in cfg.models}, title=f"{exp.name}, preset {cfg.preset}",
+                        units=exp.units)
         first: dict[str, Any] = {}
         for r in runs:
             first.setdefault(r["model"], r["predictions"])
-        exp.plot_examples(splits.test, first, out / "examples.png")
+        with atomic_path(out / "examples.png") as tmp:
+            exp.plot_examples(splits.test, first, tmp)
         table = format_table(exp, summary, _title(exp, cfg, splits))
-        (out / "table.txt").write_text(table + "\n")
+        with atomic_path(out / "table.txt") as tmp:
+            tmp.write_text(table + "\n")
         print(table)
-        exp.report(result, out)
+        try:
+            exp.report(result, out)
+        except OSError as e:
+            raise StorageError(f"could not write the {exp.name} report under {out}: {e}; free space there or pass "
+                               f"another --out") from None
         written = ", ".join(str(p) for p in sorted(out.glob("*.*")) if p.suffix in (".json", ".png", ".txt"))
         print(f"wrote {written} ({result['wall_s']:.0f}s in all)")
     return result
@@ -431,11 +500,17 @@ def _worker(exp: Experiment, cfg: RunConfig, name: str, seed: int, out: Path, re
     return train_run(exp, cfg, name, seed, exp.load_data(cfg), accelerator, out, resume=resume)
 
 
-def _train_parallel(exp: Experiment, cfg: RunConfig, pairs: list[tuple[str, int]], out: Path, resume: bool) -> list[dict]:
-    """``cfg.jobs`` runs at a time in spawned processes (they share the GPU); results in ``pairs`` order."""
+def _worker_pool(n: int):
+    """``n`` spawned worker processes that end within a second of this process's death (``kill -9`` too)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
-    with ProcessPoolExecutor(max_workers=min(cfg.jobs, len(pairs)), mp_context=mp.get_context("spawn")) as pool:
+    return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"), initializer=watch_parent,
+                               initargs=(os.getpid(),))
+
+
+def _train_parallel(exp: Experiment, cfg: RunConfig, pairs: list[tuple[str, int]], out: Path, resume: bool) -> list[dict]:
+    """``cfg.jobs`` runs at a time in spawned processes (they share the GPU); results in ``pairs`` order."""
+    with _worker_pool(min(cfg.jobs, len(pairs))) as pool:
         futures = [pool.submit(_worker, exp, cfg, name, seed, out, resume) for name, seed in pairs]
         return [f.result() for f in tqdm(futures, desc=f"{exp.name}: {len(pairs)} runs, {cfg.jobs} at a time")]
 
@@ -450,7 +525,9 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path) -> dict:
     """Re-evaluate every checkpoint under ``out`` (recursively); one table per distinct config.
 
     Runs are grouped by their config's content key and epochs, so checkpoints of different presets
-    or settings are never averaged into one row.
+    or settings are never averaged into one row.  Every checkpoint must hold the model and seed its folder
+    names and the config of its run folder's ``run.json``; one (model, seed) found twice for one config
+    (a copied folder) is refused, naming both, rather than counted as two seeds.
     """
     accelerator = make_accelerator()
     paths = sorted(Path(out).rglob("checkpoint.pt"))
@@ -460,16 +537,23 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path) -> dict:
     groups: dict[tuple, list[dict]] = {}
     cfgs: dict[tuple, RunConfig] = {}
     data_cache: dict[str, Splits] = {}
+    seen: dict[tuple, Path] = {}
     for path in paths:
         ckpt = load_checkpoint(path, exp.name)
+        check_identity(ckpt, path)
         cfg = exp.config_class(**ckpt["config"])
+        check_manifest(path.parent.parent, exp.name, cfg.content_key(), str(path))
         key = (cfg.content_key(), ckpt["config"]["epochs"])  # early-stopped and untrained runs stay in their table
+        if (first := seen.setdefault((*key, ckpt["model_name"], ckpt["seed"]), path)) != path:
+            raise CheckpointError(f"{path} and {first} are both {ckpt['model_name']} seed {ckpt['seed']} of config "
+                                  f"{key[0]} ({key[1]} epochs): one run would count as two seeds; eval one of their "
+                                  f"folders (--out) or delete the copy")
         cfgs[key] = cfg
         if cfg.content_key() not in data_cache:
             data_cache[cfg.content_key()] = exp.load_data(cfg)
         base, run_cfg = model_variant(cfg, ckpt["model_name"])
         model = exp.build_model(base, run_cfg)
-        model.load_state_dict(ckpt.get("best_model") or ckpt["model"])
+        _load_weights(model, ckpt.get("best_model") or ckpt["model"], path, ckpt["model_name"])
         model = accelerator.prepare(model)
         metrics, _ = _evaluate(exp, accelerator.unwrap_model(model), data_cache[cfg.content_key()].test, run_cfg, accelerator)
         groups.setdefault(key, []).append({"model": ckpt["model_name"], "seed": ckpt["seed"], "epoch": ckpt["epoch"],

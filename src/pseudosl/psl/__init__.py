@@ -1,32 +1,48 @@
 """The pseudo-semantic loss for autoregressive models (Ahmed, Chang, Van den Broeck, NeurIPS 2023).
 
-* :mod:`.neighbours` -- the generic local conditionals (reference, any ``log_joint``),
-* :mod:`.loss`       -- :func:`pseudo_semantic_loss` and its diagnostics,
-* :mod:`.decoder`    -- :class:`RecurrentDecoder` and its prefix-reusing :class:`RecurrentEngine`,
-* :mod:`.causal_lm`  -- :class:`CausalLMEngine` (Hugging Face causal LMs, KV-cache reuse) and :class:`ValueMap`,
-* :mod:`.sampling`   -- anchor sequences,
-* :mod:`.fidelity`   -- :func:`local_fidelity`: entropies and KL of the local approximation against the model.
+* :mod:`.engine`      -- the engine protocol (what the loss, fidelity and sampling ask of a model), exact_mode,
+  and :class:`LogJointEngine` (a bare ``log_joint``),
+* :mod:`.adapt`       -- :func:`as_engine`: a user's model -> an engine,
+* :mod:`.recurrent`   -- :class:`RecurrentEngine`: ``nn.RNN/GRU/LSTM`` step models with prefix reuse,
+* :mod:`.decoder`     -- :class:`RecurrentDecoder`, the experiments' recurrent decoder,
+* :mod:`.causal_lm`   -- :class:`CausalLMEngine` (Hugging Face causal LMs, key/value-cache reuse),
+* :mod:`.constraint`  -- :class:`Constraint` (a circuit and its :class:`ValueMap`), :func:`no_forbidden_sequences`,
+* :mod:`.neighbours`  -- the generic local conditionals (the reference every engine is tested against),
+* :mod:`.loss`        -- :func:`pseudo_semantic_loss` and its diagnostics,
+* :mod:`.sampling`    -- drawing values from logits,
+* :mod:`.fidelity`    -- :func:`local_fidelity`: entropies and KL of the local approximation against the model.
 """
 
-from .causal_lm import CausalLMEngine, ValueMap
-from .decoder import RecurrentDecoder, RecurrentEngine, exact_mode
+from .adapt import as_engine
+from .causal_lm import CausalLMEngine
+from .constraint import Constraint, ValueMap, no_forbidden_sequences, sample_satisfies
+from .decoder import RecurrentDecoder
+from .engine import Engine, LogJointEngine, exact_mode
 from .fidelity import Fidelity, SamplerRequiredError, local_fidelity
-from .loss import PSLDiagnostics, pseudo_semantic_loss, sample_satisfies
+from .loss import PSLDiagnostics, pseudo_semantic_loss
 from .neighbours import local_conditionals, neighbours
+from .recurrent import EmbeddingSteps, RecurrentEngine, RecurrentSteps
 from .sampling import sample_autoregressive, sample_from_logits
 
 __all__ = [
     "CausalLMEngine",
+    "Constraint",
+    "EmbeddingSteps",
+    "Engine",
     "Fidelity",
+    "LogJointEngine",
     "PSLDiagnostics",
     "RecurrentDecoder",
     "RecurrentEngine",
+    "RecurrentSteps",
     "SamplerRequiredError",
     "ValueMap",
+    "as_engine",
     "exact_mode",
     "local_conditionals",
     "local_fidelity",
     "neighbours",
+    "no_forbidden_sequences",
     "pseudo_semantic_loss",
     "sample_autoregressive",
     "sample_from_logits",

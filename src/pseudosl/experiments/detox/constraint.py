@@ -6,58 +6,47 @@ over token positions ``y_1 .. y_L`` is
 
     alpha(y) = NOT  OR_{s in S}  OR_{t}  [ y_t .. y_{t+|s|-1} = s ]
 
-the language of the Aho--Corasick automaton :func:`pseudosl.forbidden_words_dfa` unrolled over
-``L`` positions (:func:`pseudosl.compile_automaton`).  Only the ``D`` distinct tokens that occur in
-some sequence matter: every other token sends the automaton back to its start, so all of them are
-folded into one catch-all value (:class:`pseudosl.ValueMap`) and the circuit has ``D + 1`` values
-per position, ``O(n_states * L)`` nodes, whatever the vocabulary size.  The folding is exact.
-
-A sequence longer than ``L`` tokens cannot occur in the window; it is kept in
-:attr:`ForbiddenWords.sequences` (the lexical check of whole texts still uses it) and counted in
-``stats["n_too_long"]``, but it adds nothing to the circuit.
+built by the library in one call, :func:`pseudosl.no_forbidden_sequences`: the Aho--Corasick automaton
+of the sequences unrolled over ``L`` positions, every token outside them folded into one catch-all value
+(:class:`pseudosl.ValueMap`), so the circuit has ``D + 1`` values per position, ``O(n_states * L)`` nodes,
+whatever the vocabulary size.  The folding is exact.  What is the experiment's own: the word list, the two
+spellings, and keeping every sequence (:attr:`ForbiddenWords.sequences`, longer ones included) for the
+lexical check of whole texts.
 
 Example:
-    >>> import torch
-    >>> fw = forbidden_sequences_constraint([[3, 4], [5]], vocab_size=10, window=4)
-    >>> y = torch.tensor([[1, 3, 4, 2], [1, 4, 3, 2]])            # token ids (B, L)
-    >>> x = torch.log(torch.nn.functional.one_hot(fw.value_map.to_values(y), fw.value_map.n_values).double())
-    >>> fw.circuit.log_prob(x).exp().tolist()                   # the first holds "3 4"
-    [0.0, 1.0]
+    >>> import torch, pseudosl
+    >>> c = pseudosl.no_forbidden_sequences([[3, 4], [5]], n_positions=4, vocab_size=10)
+    >>> c.satisfied(torch.tensor([[1, 3, 4, 2], [1, 4, 3, 2]])).tolist()    # the first holds "3 4"
+    [False, True]
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import pseudosl
-from pseudosl.logic.errors import check_int
 
-__all__ = ["ForbiddenWords", "contains_forbidden", "forbidden_sequences", "forbidden_sequences_constraint",
-           "forbidden_words_constraint"]
+__all__ = ["ForbiddenWords", "contains_forbidden", "forbidden_sequences", "forbidden_words_constraint"]
 
 
 @dataclass(frozen=True)
-class ForbiddenWords:
-    """The compiled constraint and what it was built from.
+class ForbiddenWords(pseudosl.Constraint):
+    """The compiled constraint (:class:`pseudosl.Constraint`: ``circuit``, ``value_map``, ``stats``) and the words'
+    token sequences.
 
     Attributes:
-        circuit: over ``window`` positions with ``value_map.n_values`` values each; ``log_prob`` is
-            ``log P(no forbidden sequence in the window)``.
-        value_map: distinguished token ids -> values ``0 .. D-1``, every other token -> catch-all ``D``.
         sequences: every forbidden token sequence (both spellings of each word), longer ones included.
-        window: ``L``, the number of token positions.
-        stats: ``n_words``, ``n_sequences``, ``n_too_long`` (sequences longer than ``window``),
-            ``n_tokens`` (``D``), ``n_states`` (automaton), ``nodes``, ``edges``, ``compile_s`` (seconds to
-            build the automaton and the circuit; a load from the disk cache when it was cached).
+        stats: :func:`pseudosl.no_forbidden_sequences`'s (``n_sequences``, ``n_too_long``, ``n_tokens`` (``D``),
+            ``n_states``, ``nodes``, ``edges``, ``compile_s``) and ``n_words``.
     """
 
-    circuit: pseudosl.Circuit
-    value_map: pseudosl.ValueMap
-    sequences: list[list[int]]
-    window: int
-    stats: dict[str, Any] = field(default_factory=dict)
+    sequences: list[list[int]] = field(default_factory=list)
+
+    @property
+    def window(self) -> int:
+        """``L``, the number of token positions."""
+        return self.circuit.n_vars
 
 
 def forbidden_sequences(tokenizer: Any, words: Sequence[str]) -> list[list[int]]:
@@ -81,44 +70,6 @@ def forbidden_sequences(tokenizer: Any, words: Sequence[str]) -> list[list[int]]
     return [list(s) for s in seqs]
 
 
-def forbidden_sequences_constraint(sequences: Sequence[Sequence[int]], vocab_size: int, window: int = 10, *,
-                                   cache: bool = True) -> ForbiddenWords:
-    """Compile "no sequence of ``sequences`` occurs" over ``window`` token positions (see module docs).
-
-    Args:
-        sequences: non-empty token-id sequences, ids in ``0 .. vocab_size-1``.
-        vocab_size: the model's vocabulary size (the value map's domain).
-        window: ``L >= 1`` token positions.
-        cache: use the on-disk circuit cache (:func:`pseudosl.cached_circuit`).
-    """
-    vocab_size = check_int("vocab_size", vocab_size, low=2)
-    window = check_int("window", window, low=1)
-    seqs = [[check_int(f"sequences[{i}] token", t, low=0) for t in s] for i, s in enumerate(sequences)]
-    for i, s in enumerate(seqs):
-        if not s:
-            raise ValueError(f"sequences[{i}] is empty; an empty sequence occurs in every window")
-        if max(s) >= vocab_size:
-            raise ValueError(f"sequences[{i}] = {s} has token {max(s)} outside the vocabulary 0..{vocab_size - 1}")
-    fits = [s for s in seqs if len(s) <= window]
-    if not fits:
-        raise ValueError(f"no forbidden sequence fits in window={window} tokens (the shortest has "
-                         f"{min(map(len, seqs)) if seqs else 0}); increase window")
-    tokens = sorted({t for s in fits for t in s})
-    if len(tokens) >= vocab_size:
-        raise ValueError(f"the sequences use all {vocab_size} tokens of the vocabulary; the folded circuit "
-                         f"needs one token outside them (pass the model's full vocab_size)")
-    value_map = pseudosl.ValueMap(tokens, vocab_size)
-    index = {t: v for v, t in enumerate(tokens)}
-    folded = [[index[t] for t in s] for s in fits]
-    start = time.perf_counter()
-    dfa = pseudosl.forbidden_words_dfa(folded, value_map.n_values)
-    circuit = pseudosl.compile_automaton(dfa, window, cache=cache)
-    compile_s = time.perf_counter() - start
-    stats = dict(n_sequences=len(seqs), n_too_long=len(seqs) - len(fits), n_tokens=len(tokens),
-                 n_states=dfa.n_states, nodes=circuit.n_nodes, edges=circuit.n_edges, compile_s=compile_s)
-    return ForbiddenWords(circuit, value_map, seqs, window, stats)
-
-
 def forbidden_words_constraint(tokenizer: Any, words: Sequence[str], window: int = 10, *, cache: bool = True,
                                vocab_size: int | None = None) -> ForbiddenWords:
     """The constraint "no word of ``words`` occurs in ``window`` generated tokens" for ``tokenizer``'s model.
@@ -136,9 +87,9 @@ def forbidden_words_constraint(tokenizer: Any, words: Sequence[str], window: int
         fw.stats["n_tokens"], fw.circuit.n_nodes
     """
     vocab_size = len(tokenizer) if vocab_size is None else vocab_size
-    fw = forbidden_sequences_constraint(forbidden_sequences(tokenizer, words), vocab_size, window, cache=cache)
-    fw.stats["n_words"] = len(words)
-    return fw
+    sequences = forbidden_sequences(tokenizer, words)
+    c = pseudosl.no_forbidden_sequences(sequences, window, vocab_size, cache=cache)
+    return ForbiddenWords(c.circuit, c.value_map, {**c.stats, "n_words": len(words)}, sequences=sequences)
 
 
 def contains_forbidden(token_ids: Sequence[int], sequences: Sequence[Sequence[int]]) -> bool:

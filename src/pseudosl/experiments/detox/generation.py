@@ -5,7 +5,9 @@ language models") samples ``N`` texts from the model itself without a prompt (nu
 temperature 1), scores their toxicity and fine-tunes on the least toxic half with the LM loss.
 
 * :func:`scored_generations`: ``N`` samples of ``L`` tokens ``(N, L)``, their texts and scores, cached in
-  ``<root>/generations/<key>.pt`` (``key`` hashes the model, the sampling settings, the scorer and the seed).
+  ``<root>/generations/<key>.pt`` (``key`` hashes the model, the sampling settings, the scorer and the seed);
+  an entry that is unreadable (truncated) or not what the key promises (shapes, scores outside ``[0, 1]``)
+  is made again, with a warning.
 * :func:`sgeat_split`: indices of the least toxic half and of the rest (stable: ties keep sample order).
 * :func:`forbidden_windows`: a window of ``w`` tokens per sequence, centred on its first forbidden sequence
   when it has one (else a seeded random window): the PSL anchors cut from the toxic half.
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -23,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..runs import atomic_path
 from .lm import sample_continuations
 
 __all__ = ["scored_generations", "sgeat_split", "forbidden_windows", "first_occurrence"]
@@ -77,12 +82,29 @@ def _key(model_id: str, cfg: Any, scorer_name: str) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:10]
 
 
+def _checked_entry(data: Any, cfg: Any) -> dict[str, Any]:
+    """A cache entry as :func:`scored_generations` wrote it for ``cfg``, or a ``ValueError`` saying what is off."""
+    if not isinstance(data, dict) or not {"ids", "texts", "scores"} <= set(data):
+        raise ValueError("not a dict with ids, texts and scores")
+    ids, texts, scores = data["ids"], data["texts"], data["scores"]
+    if not (torch.is_tensor(ids) and tuple(ids.shape) == (cfg.n_generations, cfg.gen_length)):
+        raise ValueError(f"ids are not a ({cfg.n_generations}, {cfg.gen_length}) tensor")
+    if len(texts) != cfg.n_generations or len(scores) != cfg.n_generations:
+        raise ValueError(f"{len(texts)} texts and {len(scores)} scores for {cfg.n_generations} samples")
+    if not all(isinstance(s, float) and math.isfinite(s) and 0.0 <= s <= 1.0 for s in scores):
+        raise ValueError("a score is not a number in [0, 1]")
+    return data
+
+
 def scored_generations(model: Any, tokenizer: Any, scorer: Any, cfg: Any, model_id: str, root: Path,
                        print_fn: Any = print) -> dict[str, Any]:
     """``{"ids": (N, L), "texts": [N], "scores": [N], "scorer": name}``, generated once and cached."""
     path = root / "generations" / f"{_key(model_id, cfg, scorer.name)}.pt"
     if path.is_file():
-        return torch.load(path, weights_only=False)
+        try:
+            return _checked_entry(torch.load(path, weights_only=False), cfg)
+        except Exception as e:  # a truncated file raises EOFError, RuntimeError, UnpicklingError, ...
+            warnings.warn(f"{path}: unusable cached generations ({type(e).__name__}: {str(e)[:160]}); making them again")
     print_fn(f"detox generate: {cfg.n_generations} unprompted samples of {cfg.gen_length} tokens "
              f"(top_p {cfg.gen_top_p}, temperature {cfg.gen_temperature}), scored by {scorer.name}")
     with torch.random.fork_rng(devices=[]):
@@ -98,9 +120,8 @@ def scored_generations(model: Any, tokenizer: Any, scorer: Any, cfg: Any, model_
     scores = [float(s) for s in scorer.score(texts)]
     data = {"ids": ids[0], "texts": texts, "scores": scores, "scorer": scorer.name, "model": model_id}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(data, tmp)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        torch.save(data, tmp)
     print_fn(f"detox generate: mean toxicity {np.mean(scores):.3f}, {np.mean(np.array(scores) > 0.5) * 100:.1f}% "
              f"above 0.5; cached {path}")
     return data

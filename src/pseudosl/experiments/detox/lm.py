@@ -30,9 +30,10 @@ def load_lm(name_or_path: str | Path, device: torch.device | str | None = None) 
     try:
         tok = AutoTokenizer.from_pretrained(str(name_or_path))
         model = AutoModelForCausalLM.from_pretrained(str(name_or_path))
-    except OSError as e:
-        raise ValueError(f"model = {str(name_or_path)!r}: cannot load it ({e}); give a local folder written by "
-                         f"save_pretrained, a cached hub name, or 'scratch' to pretrain one") from None
+    except Exception as e:  # OSError (not found), SafetensorError / EOFError (a truncated file), ValueError, ...
+        raise ValueError(f"model = {str(name_or_path)!r}: cannot load it ({type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:300]}); give a local folder written by save_pretrained, a cached "
+                         f"hub name, or 'scratch' to pretrain one") from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = tok.truncation_side = "left"  # prompts keep their last tokens, next to the continuation

@@ -12,8 +12,10 @@
    ``AutoTokenizer.from_pretrained(path)``.
 
 Everything is cached under ``<root>/scratch/<key>`` (``root`` = ``data_dir`` or
-``pseudosl.cache_dir()/detox``; ``key`` hashes corpus, split and every ``pt_*`` field); an interrupted
-pretraining resumes from its last epoch.
+``pseudosl.cache.cache_dir()/detox``; ``key`` hashes corpus, split and every ``pt_*`` field); an interrupted
+pretraining resumes from its last epoch.  A saved model whose files do not load (a truncated
+``model.safetensors``) is saved again from the pretraining checkpoint; an unreadable checkpoint is
+trained again.  Two processes never pretrain into one folder at once (the run-folder lock).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
+import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,7 +35,8 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..config import RunConfig, spec
-from ..harness import Experiment, Splits, load_checkpoint, make_accelerator, train_run
+from ..harness import CheckpointError, Experiment, Splits, load_checkpoint, make_accelerator, train_run
+from ..runs import run_lock
 from .corpus import load_corpus, split_documents
 
 __all__ = ["PretrainConfig", "PretrainExperiment", "train_tokenizer", "token_blocks", "pretrain", "data_root",
@@ -40,7 +46,7 @@ EOS = "<|endoftext|>"
 
 
 def data_root(data_dir: str | None) -> Path:
-    """``data_dir`` or ``pseudosl.cache_dir()/detox``."""
+    """``data_dir`` or ``pseudosl.cache.cache_dir()/detox``."""
     from pseudosl.cache import cache_dir
     return Path(data_dir) if data_dir else cache_dir() / "detox"
 
@@ -157,9 +163,35 @@ def pretrain(cfg: Any, accelerator: Any = None) -> Path:
     """Pretrain (or find cached) the scratch GPT-2 of a ``DetoxConfig``; returns the ``from_pretrained`` folder."""
     folder = data_root(cfg.data_dir) / "scratch" / _key(cfg)
     model_dir = folder / "model"
-    if (model_dir / "done.json").is_file():
+    if _saved_model_loads(model_dir):
         return model_dir
     accelerator = accelerator or make_accelerator()
+    with run_lock(folder) if accelerator.is_main_process else nullcontext():  # every process trains (DDP)
+        _pretrain(cfg, folder, model_dir, accelerator)
+    return model_dir
+
+
+def _saved_model_loads(model_dir: Path) -> bool:
+    """``done.json`` is there and the saved files open (a truncated file makes them be saved again)."""
+    if not (model_dir / "done.json").is_file():
+        return False
+    from safetensors import safe_open
+    try:
+        json.loads((model_dir / "done.json").read_text())
+        json.loads((model_dir / "config.json").read_text())
+        for f in model_dir.glob("*.safetensors"):
+            with safe_open(str(f), "pt"):  # the header covers the whole file, or it is truncated
+                pass
+        return True
+    except Exception as e:  # OSError, JSONDecodeError, SafetensorError
+        warnings.warn(f"{model_dir}: the saved scratch model does not load ({type(e).__name__}: {str(e)[:160]}); "
+                      f"saving it again from its pretraining checkpoint")
+        (model_dir / "done.json").unlink(missing_ok=True)
+        return False
+
+
+def _pretrain(cfg: Any, folder: Path, model_dir: Path, accelerator: Any) -> None:
+    """Tokenizer, blocks, the harness run (resumed if it has a checkpoint), and the saved model with ``done.json``."""
     train_docs, heldout = split_documents(load_corpus(cfg.corpus, cfg.doc_sentences), cfg.heldout_docs, cfg.data_seed)
     tok_dir = folder / "tokenizer"
     if accelerator.is_main_process and not (tok_dir / "tokenizer.json").is_file():
@@ -175,7 +207,16 @@ def pretrain(cfg: Any, accelerator: Any = None) -> Path:
                           n_head=cfg.pt_heads, n_embd=cfg.pt_embd, n_ctx=cfg.pt_ctx)
     exp = PretrainExperiment(Splits(TensorDataset(train_blocks), val_blocks, val_blocks))
     out = folder / "train"
-    resume = (out / "gpt2-seed0" / "checkpoint.pt").is_file()
+    ckpt_path = out / "gpt2-seed0" / "checkpoint.pt"
+    resume = ckpt_path.is_file()
+    if resume and accelerator.is_main_process:
+        try:
+            load_checkpoint(ckpt_path, exp.name)
+        except CheckpointError as e:  # a cache entry: trained again rather than refused
+            warnings.warn(f"{e}; pretraining again")
+            shutil.rmtree(ckpt_path.parent)
+    accelerator.wait_for_everyone()
+    resume = ckpt_path.is_file()
     accelerator.print(f"detox pretrain: GPT-2 {cfg.pt_layers}x{cfg.pt_heads}x{cfg.pt_embd} on {len(train_blocks)} blocks "
                       f"of {cfg.pt_ctx} tokens ({len(val_blocks)} held out), {cfg.pt_epochs} epochs -> {model_dir}")
     result = train_run(exp, pcfg, "gpt2", 0, exp.load_data(pcfg), accelerator, out, resume=resume)
@@ -194,4 +235,3 @@ def pretrain(cfg: Any, accelerator: Any = None) -> Path:
         (model_dir / "done.json").write_text(json.dumps(info, indent=2))
         accelerator.print(f"detox pretrain: held-out perplexity {result['ppl']:.2f}; saved {model_dir}")
     accelerator.wait_for_everyone()
-    return model_dir

@@ -34,6 +34,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import pseudosl
 
+from ...errors import PseudoslError, StorageError
 from .constraint import contains_forbidden, forbidden_sequences
 
 __all__ = ["DEFAULT_ENDPOINT", "SCORERS", "LexicalScorer", "PerspectiveError", "PerspectiveScorer",
@@ -61,7 +62,7 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
     return list(texts)
 
 
-class PerspectiveError(RuntimeError):
+class PerspectiveError(PseudoslError, RuntimeError):
     """The Perspective API refused a request, gave up after its retries, or replied in an unexpected form."""
 
 
@@ -71,7 +72,7 @@ class PerspectiveScorer:
     Args:
         api_key_env: environment variable holding the API key (read when a request is needed).
         endpoint: the ``comments:analyze`` URL (a local fake server in tests).
-        cache_dir: folder of the score cache; default ``pseudosl.cache_dir() / "perspective"``.
+        cache_dir: folder of the score cache; default ``pseudosl.cache.cache_dir() / "perspective"``.
         qps: at most this many requests per second (the API's default quota is 1).
         max_retries: retries of one text after a 429, a 5xx or a connection error, waiting
             ``backoff * 2**attempt`` seconds (at most 60; a ``Retry-After`` header is honoured).
@@ -81,8 +82,11 @@ class PerspectiveScorer:
         languages: the texts' languages, sent with each request.
 
     Scores are cached under ``sha256(attribute, languages, text)`` in ``scores.jsonl``, one line per
-    score, flushed and synced as soon as it arrives.  An empty (or blank) text scores 0.0 without a
-    request (the API rejects empty comments).
+    score, flushed and synced as soon as it arrives.  The cache folder is created and checked for writing
+    when the scorer is made, before any request, so no paid-for score is lost.  Cache lines that are not
+    UTF-8 JSON with a 64-hex key and a score in ``[0, 1]`` (a cut write, ``NaN``, ``7``) are skipped with one
+    warning, and their texts requested again.  An empty (or blank) text scores 0.0 without a request (the
+    API rejects empty comments).
     """
 
     name = "perspective"
@@ -102,8 +106,9 @@ class PerspectiveScorer:
         self.api_key_env, self.endpoint, self.attribute = api_key_env, endpoint, attribute
         self.languages = list(languages)
         self.interval, self.max_retries, self.timeout, self.backoff = 1.0 / qps, max_retries, timeout, backoff
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else pseudosl.cache_dir() / "perspective"
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else pseudosl.cache.cache_dir() / "perspective"
         self.cache_file = self.cache_dir / "scores.jsonl"
+        self._check_writable()
         self.cache = self._load_cache()
         self.n_requests = 0  # HTTP requests sent by this instance (retries included)
         self._last = float("-inf")
@@ -114,29 +119,47 @@ class PerspectiveScorer:
         blob = json.dumps([self.attribute, self.languages, text], ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
 
+    def _check_writable(self) -> None:
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.cache_file, "ab+") as f:
+                if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+                    f.write(b"\n")  # end a line cut by a kill, so the next score starts a line of its own
+        except OSError as e:
+            raise StorageError(f"the Perspective score cache {self.cache_file} cannot be written ({e.strerror or e}); "
+                               f"set PSEUDOSL_CACHE (or cache_dir=) to a writable folder") from None
+
     def _load_cache(self) -> dict[str, float]:
         cache: dict[str, float] = {}
-        if not self.cache_file.is_file():
-            return cache
-        with open(self.cache_file, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                try:
-                    entry = json.loads(line)
-                    cache[entry["key"]] = float(entry["score"])
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                    # a line cut by an interrupted write; its text is scored again
-                    warnings.warn(f"{self.cache_file}:{n}: skipping an unreadable cache line")
+        bad = []
+        with open(self.cache_file, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                entry = _cache_entry(raw)
+                if entry is None:
+                    bad.append(n)  # a line cut by an interrupted write, or a value that is no score: asked again
+                else:
+                    cache[entry[0]] = entry[1]
+        if bad:
+            warnings.warn(f"{self.cache_file}: skipping {len(bad)} unreadable or invalid cache line(s) (line "
+                          f"{', '.join(map(str, bad[:5]))}{' ...' if len(bad) > 5 else ''}); their texts are scored again")
         return cache
 
     def _store(self, key: str, score: float) -> None:
         self.cache[key] = score
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.cache_file, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"key": key, "score": score}) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(self.cache_file, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"key": key, "score": score}) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise StorageError(f"could not append to the Perspective score cache {self.cache_file} ({e.strerror or e}); "
+                               f"scores before this one are kept: free space there and run again") from None
 
     # -- requests -----------------------------------------------------------------------------
+    def check_ready(self) -> None:
+        """Raise :class:`PerspectiveError` now if a request would fail for want of the API key."""
+        self._api_key()
+
     def _api_key(self) -> str:
         key = os.environ.get(self.api_key_env, "").strip()
         if not key:
@@ -203,6 +226,20 @@ class PerspectiveScorer:
                 if keys[i] not in self.cache:  # a text repeated in `texts` is requested once
                     self._store(keys[i], self._request(texts[i], api_key))
         return [self.cache[k] if t.strip() else 0.0 for k, t in zip(keys, texts)]
+
+
+def _cache_entry(raw: bytes) -> tuple[str, float] | None:
+    """``(key, score)`` of one cache line, or ``None`` if it is not UTF-8 JSON with a sha256 key and a score in [0, 1]."""
+    try:
+        entry = json.loads(raw.decode("utf-8"))
+        key, score = entry["key"], entry["score"]
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+    if not (isinstance(key, str) and len(key) == 64 and all(c in "0123456789abcdef" for c in key)):
+        return None
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= score <= 1.0:  # NaN fails too
+        return None
+    return key, float(score)
 
 
 class ProfanityCheckScorer:

@@ -86,8 +86,8 @@ class Objective(nn.Module):
         if self.cfg.psl_source == "toxic":
             anchors = windows[:m]  # (m, psl_window) windows of the toxic half, around a forbidden word if any
         else:
-            anchors = engine.sample(self.cfg.psl_window, top_p=self.cfg.gen_top_p, temperature=self.cfg.gen_temperature,
-                                    pad_token_id=self.ctx.tokenizer.pad_token_id)
+            anchors = engine.sample(length=self.cfg.psl_window, top_p=self.cfg.gen_top_p,
+                                    temperature=self.cfg.gen_temperature)
         psl = pseudosl.pseudo_semantic_loss(engine, self.circuit, anchors)
         parts["psl"] = psl.detach()
         return lm + self.cfg.psl_weight * psl, parts

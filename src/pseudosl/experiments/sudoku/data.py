@@ -205,7 +205,7 @@ def generate(n: int, n_missing: int = 10, seed: int = 0, satnet: bool = False, p
 # -- files --------------------------------------------------------------------------------------
 def default_data_dir() -> Path:
     """``pseudosl.cache.cache_dir() / "sudoku"`` (env ``PSEUDOSL_CACHE``, default ``~/.cache/pseudosl``)."""
-    from pseudosl import cache_dir
+    from pseudosl.cache import cache_dir
     return Path(cache_dir()) / "sudoku"
 
 

@@ -27,7 +27,7 @@ class WarcraftConfig(RunConfig):
     MODELS: ClassVar[tuple[str, ...]] = MODELS
     # data: "generate" (our generator) or "dir:<folder>" (the real layout, {train,val,test}_maps.npy ...)
     data: str = spec("generate", help="generate, or dir:<folder in the real layout ({split}_maps.npy, ...)>")
-    data_dir: str | None = spec(None, help="generator cache; default pseudosl.cache_dir()/warcraft")
+    data_dir: str | None = spec(None, help="generator cache; default pseudosl.cache.cache_dir()/warcraft")
     grid: int = spec(12, min=2, max=30, help="generated grid size k (maps are 8k x 8k pixels)")
     n_train: int = spec(10000, min=1)
     n_val: int = spec(1000, min=0, help="validation maps for model selection; 0 = none")

@@ -29,7 +29,7 @@ The generator (:func:`generate`, deterministic by seed, numpy-vectorised over ma
 
 :func:`load_or_generate` caches the three splits in the real layout under
 ``<data_dir>/gen-<k>x<k>-<n_train>-<n_val>-<n_test>-seed<seed>-v1/`` (default
-``pseudosl.cache_dir() / "warcraft"``).
+``pseudosl.cache.cache_dir() / "warcraft"``).
 """
 
 from __future__ import annotations
@@ -212,8 +212,8 @@ def load_layout(folder: str | Path) -> dict[str, WarcraftSplit]:
 
 
 def default_data_dir() -> Path:
-    """``pseudosl.cache_dir() / "warcraft"`` (env ``PSEUDOSL_CACHE``, default ``~/.cache/pseudosl``)."""
-    from pseudosl import cache_dir
+    """``pseudosl.cache.cache_dir() / "warcraft"`` (env ``PSEUDOSL_CACHE``, default ``~/.cache/pseudosl``)."""
+    from pseudosl.cache import cache_dir
     return Path(cache_dir()) / "warcraft"
 
 

@@ -1,0 +1,208 @@
+"""A constraint as a model sees it: the compiled circuit and, for a large vocabulary, its value map.
+
+A circuit reads ``k`` values per position.  A language model writes token ids out of a vocabulary of
+``V`` (50,257 for GPT-2); a constraint that names ``D`` of them (the tokens of some forbidden words)
+needs only ``D + 1`` values: the ``D`` distinguished tokens and one catch-all value for every other
+token (:class:`ValueMap`).  :class:`Constraint` carries both, so the loss, the engine and a check of
+generated text agree on how tokens become values:
+
+* :func:`no_forbidden_sequences` -- "no token sequence of a list occurs in a window of ``n`` tokens"
+  over a tokenizer's vocabulary, in one call (the Aho--Corasick automaton over the folded values,
+  unrolled over the window; :func:`pseudosl.compile_automaton`).  The folding is exact: a token that
+  occurs in no sequence sends the automaton back to its start, whichever token it is.
+* ``Constraint(circuit)`` -- any compiled circuit whose values are the model's own values.
+
+Example:
+    >>> import torch
+    >>> c = no_forbidden_sequences([[3, 4], [5]], n_positions=4, vocab_size=10)
+    >>> c.value_map.tokens.tolist(), c.n_values                  # 3 distinguished tokens + "any other"
+    ([3, 4, 5], 4)
+    >>> c.satisfied(torch.tensor([[1, 3, 4, 2], [1, 4, 3, 2]])).tolist()
+    [False, True]
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from ..circuit import Circuit
+from ..compile import compile_automaton
+from ..logic.automaton import forbidden_words_dfa
+from ..logic.errors import check_int
+from ..losses import constraint_log_prob
+from .neighbours import check_sample
+
+__all__ = ["Constraint", "ValueMap", "no_forbidden_sequences", "sample_satisfies"]
+
+
+class ValueMap:
+    """Token ids -> circuit values: ``tokens[v]`` is value ``v``; every other token is the catch-all ``len(tokens)``.
+
+    Example:
+        >>> vm = ValueMap([17, 4], vocab_size=50)
+        >>> vm.n_values, vm.to_values(torch.tensor([[4, 17, 9]])).tolist()
+        (3, [[1, 0, 2]])
+    """
+
+    def __init__(self, tokens: Sequence[int], vocab_size: int) -> None:
+        toks = [int(t) for t in tokens]
+        if len(set(toks)) != len(toks):
+            raise ValueError("tokens must be distinct (a token would be counted twice)")
+        if any(not 0 <= t < vocab_size for t in toks):
+            raise ValueError(f"tokens must lie in 0..{vocab_size - 1}, got {toks}")
+        if len(toks) >= vocab_size:
+            raise ValueError("a value map must leave at least one token for the catch-all value")
+        self.vocab_size = vocab_size
+        self.tokens = torch.tensor(toks, dtype=torch.long)
+        self.n_values = len(toks) + 1
+        self.other = len(toks)
+        self.lookup = torch.full((vocab_size,), self.other, dtype=torch.long)
+        self.lookup[self.tokens] = torch.arange(len(toks))
+        self._copies: dict[torch.device, tuple[Tensor, Tensor]] = {}
+
+    def on(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        """``(tokens, lookup)`` on ``device``, copied there once (a copy per call would wait for a GPU each time)."""
+        if device not in self._copies:
+            self._copies[device] = (self.tokens.to(device), self.lookup.to(device))
+        return self._copies[device]
+
+    def to_values(self, token_ids: Tensor) -> Tensor:
+        """Circuit values of token ids (any shape)."""
+        return self.on(token_ids.device)[1][token_ids]
+
+    def fold(self, log_scores: Tensor) -> Tensor:
+        """``(..., V)`` log-scores over tokens -> ``(..., D + 1)``: distinguished tokens, then log-sum-exp of the rest."""
+        tokens, lookup = self.on(log_scores.device)
+        dist = log_scores[..., tokens]
+        rest = log_scores.masked_fill(lookup != self.other, float("-inf"))
+        return torch.cat([dist, rest.logsumexp(-1, keepdim=True)], dim=-1)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, ValueMap) and self.vocab_size == other.vocab_size
+                and torch.equal(self.tokens, other.tokens))
+
+    __hash__ = None  # type: ignore[assignment]  (mutable tensors inside)
+
+    def __repr__(self) -> str:
+        return f"ValueMap(n_tokens={len(self.tokens)}, vocab_size={self.vocab_size})"
+
+
+def sample_satisfies(circuit: Circuit, values: Tensor, allowed: Tensor | None = None) -> Tensor:
+    """``(B,)`` bool: does each sequence of circuit values satisfy the constraint (and ``allowed``)?
+
+    Evaluates the circuit once on the one-hot log-probabilities of ``values`` (0 at the value, ``-inf``
+    elsewhere): the log WMC is 0 for a model and ``-inf`` otherwise.  Every root must hold.
+    """
+    values = check_sample(values, circuit.n_values, "values")
+    one_hot = torch.full((*values.shape, circuit.n_values), float("-inf"), device=values.device)
+    one_hot.scatter_(-1, values.unsqueeze(-1), 0.0)
+    with torch.no_grad():
+        lp = constraint_log_prob(circuit, one_hot, allowed)
+    ok = lp > -0.5
+    return ok.all(-1) if ok.dim() == 2 else ok
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A compiled constraint and the map from a model's values (token ids) to the circuit's values.
+
+    Pass it to :func:`pseudosl.pseudo_semantic_loss` in place of a circuit: the loss then checks that the
+    engine folds tokens with the same value map.  Build the engine of a folded constraint with
+    ``pseudosl.as_engine(model, prompt_ids=..., value_map=constraint.value_map)``.
+
+    Attributes:
+        circuit: over ``n_positions`` positions with ``n_values`` values each.
+        value_map: token ids -> circuit values, or ``None`` when the circuit reads the model's values directly.
+        stats: how it was built (sizes, compile time); free-form, not compared.
+    """
+
+    circuit: Circuit
+    value_map: ValueMap | None = None
+    stats: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.circuit, Circuit):
+            raise TypeError(f"circuit must be a pseudosl.Circuit, got {type(self.circuit).__name__}")
+        if self.value_map is not None:
+            if not isinstance(self.value_map, ValueMap):
+                raise TypeError(f"value_map must be a pseudosl.ValueMap or None, got {type(self.value_map).__name__}")
+            if self.value_map.n_values != self.circuit.n_values:
+                raise ValueError(f"the value map gives {self.value_map.n_values} values but the circuit reads "
+                                 f"{self.circuit.n_values}")
+
+    @property
+    def n_positions(self) -> int:
+        return self.circuit.n_vars
+
+    @property
+    def n_values(self) -> int:
+        """Values per position the circuit reads."""
+        return self.circuit.n_values
+
+    @property
+    def vocab_size(self) -> int:
+        """Values per position of the model's sequences (the vocabulary; ``n_values`` without a value map)."""
+        return self.value_map.vocab_size if self.value_map is not None else self.circuit.n_values
+
+    def values(self, tokens: Tensor) -> Tensor:
+        """Circuit values of the model's values ``tokens`` (any shape)."""
+        return self.value_map.to_values(tokens) if self.value_map is not None else tokens
+
+    def satisfied(self, tokens: Tensor, allowed: Tensor | None = None) -> Tensor:
+        """``(B,)`` bool: does each sequence ``tokens (B, n_positions)`` of the model's values satisfy it?"""
+        tokens = check_sample(tokens, self.vocab_size, "tokens")
+        return sample_satisfies(self.circuit, self.values(tokens), allowed)
+
+
+def no_forbidden_sequences(sequences: Sequence[Sequence[int]], n_positions: int, vocab_size: int, *,
+                           cache: bool = True) -> Constraint:
+    """"No sequence of ``sequences`` occurs in ``n_positions`` consecutive tokens", over a vocabulary of ``vocab_size``.
+
+    The ``D`` distinct tokens of the sequences that fit in the window become values ``0 .. D-1``, every
+    other token the catch-all ``D`` (:class:`ValueMap`), and the circuit is the Aho--Corasick automaton of
+    the folded sequences unrolled over the window: ``O(n_states * n_positions)`` nodes whatever
+    ``vocab_size``.  When the sequences use every token there is nothing to fold: the circuit reads the
+    token ids directly (``value_map=None``).  A sequence longer than the window cannot occur in it; it
+    adds nothing to the circuit and is counted in ``stats["n_too_long"]``.
+
+    Args:
+        sequences: non-empty token-id sequences, ids in ``0 .. vocab_size-1`` (e.g. ``tokenizer.encode(word)``
+            for each word, with and without a leading space for BPE vocabularies).
+        n_positions: the window, ``>= 1`` tokens.
+        vocab_size: the model's vocabulary size (``model.get_output_embeddings().weight.shape[0]``).
+        cache: use the on-disk circuit cache (:mod:`pseudosl.cache`).
+
+    Returns:
+        A :class:`Constraint` with ``stats``: ``n_sequences``, ``n_too_long``, ``n_tokens`` (``D``),
+        ``n_states`` (automaton), ``nodes``, ``edges``, ``compile_s`` (a load when it was cached).
+    """
+    vocab_size = check_int("vocab_size", vocab_size, low=2)
+    n_positions = check_int("n_positions", n_positions, low=1)
+    if isinstance(sequences, (str, bytes, Tensor)) or not isinstance(sequences, Sequence):
+        raise TypeError(f"sequences must be a list of token-id lists, got {type(sequences).__name__}")
+    seqs = [[check_int(f"sequences[{i}] token", t, low=0) for t in s] for i, s in enumerate(sequences)]
+    for i, s in enumerate(seqs):
+        if not s:
+            raise ValueError(f"sequences[{i}] is empty; an empty sequence occurs in every window")
+        if max(s) >= vocab_size:
+            raise ValueError(f"sequences[{i}] = {s} has token {max(s)} outside the vocabulary 0..{vocab_size - 1}")
+    fits = [s for s in seqs if len(s) <= n_positions]
+    if not fits:
+        raise ValueError(f"no forbidden sequence fits in n_positions={n_positions} tokens (the shortest has "
+                         f"{min(map(len, seqs)) if seqs else 0}); increase n_positions")
+    tokens = sorted({t for s in fits for t in s})
+    value_map = ValueMap(tokens, vocab_size) if len(tokens) < vocab_size else None
+    index = {t: v for v, t in enumerate(tokens)} if value_map is not None else {t: t for t in tokens}
+    n_values = value_map.n_values if value_map is not None else vocab_size
+    start = time.perf_counter()
+    dfa = forbidden_words_dfa([[index[t] for t in s] for s in fits], n_values)
+    circuit = compile_automaton(dfa, n_positions, cache=cache)
+    stats = dict(n_sequences=len(seqs), n_too_long=len(seqs) - len(fits), n_tokens=len(tokens),
+                 n_states=dfa.n_states, nodes=circuit.n_nodes, edges=circuit.n_edges,
+                 compile_s=time.perf_counter() - start)
+    return Constraint(circuit, value_map, stats)

@@ -1,0 +1,199 @@
+"""The circuit's two layer loops, written once and parameterised by a semiring (torch-struct style).
+
+A compiled circuit is evaluated group by group (:class:`~pseudosl.logic.dag.LayerPlan`): node values
+live in one buffer ``(n_slots, N)`` (``N`` columns: batch rows, or samples times rows), and group ``g``
+computes rows ``start : start + count`` from the index tensor ``idx`` ``(count, E, A)``::
+
+    element[i, e] = sum_a buf[idx[i, e, a]]                  (the product, in log space)
+    node[i]       = semiring.sum_e element[i, e]             (count, N)
+
+:func:`bottom_up` is that loop.  The semiring says what the sum over elements is:
+
+* ``"log"`` (:data:`LOG`): log-sum-exp, so a root holds ``log sum_{y |= alpha} prod_v q_v(y_v)``;
+* ``"max"`` (:data:`MAX`): max, so a root holds ``max_{y |= alpha} sum_v log q_v(y_v)`` (the MPE value).
+
+Asked to, it keeps per OR group the derivative of each node with respect to its elements, which is
+what the way back down needs: the log semiring ``exp(element - node)`` ``(count, E, N)`` (0 where the
+node is ``-inf``), the max semiring the index of the best element ``(count, N)`` (one-hot weights).
+
+:func:`top_down` is the one loop back down: every node hands its value ``g`` to the terms of its
+elements, weighted by ``w[i, e]`` (one ``index_add_`` per group), or to the terms of one chosen
+element only (a ``scatter_add_`` per term).  The weights decide the query:
+
+* the kept log weights: the gradient of the roots (the backward pass; with a 1 at a root the leaves
+  receive the marginals ``P(y_v = c | alpha)``);
+* the max semiring's choices: the gradient of the max, i.e. the MPE assignment;
+* a choice drawn from the kept log weights (:func:`sampled_choices`): an exact sample of
+  ``q(. | alpha)``, top-down (each node chooses an element with probability ``exp(element - node)``).
+
+In a decomposable circuit a sample's choices reach every variable's leaves exactly once (two
+paths to one node would meet at an AND whose children share that node's variables), so the leaves
+of one column hold a single 1 per variable.  Nothing here reads a tensor value on the host.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["LOG", "MAX", "Semiring", "semiring", "bottom_up", "top_down", "sampled_choices", "Evaluate"]
+
+Meta = Sequence[tuple[int, int, int, int]]  # (start, count, E, A) per group
+
+
+class Semiring:
+    """How a node sums its elements (the product is always ``+`` in log space), and what it keeps."""
+
+    name = ""
+
+    @staticmethod
+    def sum_into(el: Tensor, buf: Tensor, start: int, count: int, eager: bool, keep: bool) -> Tensor | None:
+        """Write ``sum_e el[:, e]`` into ``buf[start:start + count]``; if ``keep``, return the top-down weights
+        (:func:`top_down`): ``(count, E, N)`` derivatives, or ``(count, N)`` choices."""
+        raise NotImplementedError
+
+
+class _Log(Semiring):
+    name = "log"
+
+    @staticmethod
+    def sum_into(el: Tensor, buf: Tensor, start: int, count: int, eager: bool, keep: bool) -> Tensor | None:
+        out = buf[start:start + count]
+        if eager:  # write in place (saves a copy per group)
+            torch.logsumexp(el, dim=1, out=out)
+        else:  # traced: a plain assignment, which the compiler fuses
+            buf[start:start + count] = torch.logsumexp(el, dim=1)
+            out = buf[start:start + count]
+        if not keep:
+            return None
+        return el.sub_(out.unsqueeze(1)).exp_().masked_fill_(torch.isneginf(out).unsqueeze(1), 0.0)
+
+
+class _Max(Semiring):
+    name = "max"
+
+    @staticmethod
+    def sum_into(el: Tensor, buf: Tensor, start: int, count: int, eager: bool, keep: bool) -> Tensor | None:
+        best, arg = el.max(dim=1)  # ties: any maximiser
+        buf[start:start + count] = best
+        return arg if keep else None
+
+
+LOG: Semiring = _Log()
+MAX: Semiring = _Max()
+_BY_NAME = {s.name: s for s in (LOG, MAX)}
+
+
+def semiring(name: str) -> Semiring:
+    """The semiring called ``name`` (``"log"`` or ``"max"``); anything else is a ``ValueError`` naming it."""
+    if name not in _BY_NAME:
+        raise ValueError(f"unknown semiring {name!r}: use one of {sorted(_BY_NAME)}")
+    return _BY_NAME[name]
+
+
+def bottom_up(leaves: Tensor, meta: Meta, n_slots: int, indices: Sequence[Tensor], sr: Semiring = LOG,
+              kept: list[Tensor | None] | None = None) -> Tensor:
+    """All node values, ``(n_slots, N)``, from the leaves ``(n*k, N)`` (no autograd).
+
+    With ``kept`` (a list to fill) each group appends what :func:`top_down` needs (None for a group of
+    AND nodes, ``E = 1``): the backward pass then needs no second gather.
+    """
+    batch = leaves.shape[1]
+    buf = leaves.new_empty(n_slots, batch)
+    buf[0] = float("-inf")
+    buf[1] = 0.0
+    buf[2:2 + leaves.shape[0]] = leaves
+    eager = not torch.compiler.is_compiling()
+    with torch.no_grad():
+        for (start, count, n_el, n_term), idx in zip(meta, indices):
+            el = _element_values(buf, idx, count, n_el, n_term)
+            if n_el == 1:
+                buf[start:start + count].copy_(el.squeeze(1))
+                k = None
+            else:
+                k = sr.sum_into(el, buf, start, count, eager, kept is not None)
+            if kept is not None:
+                kept.append(k)
+    return buf
+
+
+def _element_values(buf: Tensor, idx: Tensor, count: int, n_el: int, n_term: int) -> Tensor:
+    """``(count, E, N)``: each element's log-product, the sum of its terms' rows."""
+    terms = buf.index_select(0, idx).view(count, n_el, n_term, -1)
+    return terms.sum(2) if n_term > 1 else terms.squeeze(2)
+
+
+def top_down(grad: Tensor, meta: Meta, indices: Sequence[Tensor],
+             weights: Callable[[int], Tensor | None]) -> Tensor:
+    """Fill ``grad`` ``(n_slots, N)`` (seeded at the roots) downwards, in place, and return it.
+
+    Each group, last first, hands every node's value to the terms of its elements: ``weights(g)`` is
+
+    * None (a group of AND nodes, ``E = 1``): to every term;
+    * a float ``(count, E, N)`` tensor: ``w[i, e] * grad[node i]`` to the terms of element ``e``;
+    * an int64 ``(count, N)`` tensor of choices: ``grad[node i]`` to the terms of element ``choice[i]``
+      only (the same as one-hot weights, with ``E`` times less to add).
+    """
+    batch = grad.shape[1]
+    for g in reversed(range(len(meta))):
+        start, count, n_el, n_term = meta[g]
+        w = weights(g)
+        node = grad[start:start + count].unsqueeze(1)  # (count, 1, N)
+        if w is not None and w.dtype == torch.long:  # choices
+            if n_el > n_term:  # add to the chosen element's terms only
+                terms = indices[g].view(count, n_el, n_term)
+                src = node.squeeze(1).clone()  # (count, N), apart from grad's memory
+                for a in range(n_term):
+                    grad.scatter_add_(0, terms[:, :, a].gather(1, w), src)  # rows of the chosen elements' term a
+                continue
+            # few elements, many terms: one-hot weights and one index_add_ are faster (measured on a CPU)
+            w = (torch.arange(n_el, device=w.device).view(1, n_el, 1) == w.unsqueeze(1)).to(grad.dtype)
+        g_el = node if w is None else w * node  # (count, E, N)
+        contrib = g_el.unsqueeze(2).expand(count, n_el, n_term, batch)
+        grad.index_add_(0, indices[g], contrib.reshape(count * n_el * n_term, batch))
+    return grad
+
+
+def sampled_choices(kept: Tensor, n_samples: int, generator: torch.Generator | None) -> Tensor:
+    """``(count, S * N)``: an element drawn per node and sample from the log weights ``(count, E, N)``.
+
+    Column ``s * N + j`` is sample ``s`` of column ``j``.  The draw inverts the cumulative weights with
+    one uniform per node and sample: element ``e`` is chosen when ``cum[e - 1] <= u * cum[-1] < cum[e]``,
+    which needs ``w[e] > 0``, so a zero-weight (impossible) element is never chosen.  A node of value
+    ``-inf`` (all weights 0) gets the last element: it is on a sample's path only when the whole example
+    has no model, which the caller reports.
+    """
+    count, n_el, batch = kept.shape
+    cum = kept.cumsum(1)  # (count, E, N)
+    u = torch.rand(count, n_samples, batch, generator=generator, dtype=kept.dtype, device=kept.device)
+    u = u * cum[:, -1:, :]  # (count, S, N)
+    choice = (cum[:, :-1].unsqueeze(2) <= u.unsqueeze(1)).sum(1)  # (count, S, N)
+    return choice.view(count, n_samples * batch)
+
+
+class Evaluate(torch.autograd.Function):
+    """The roots' values ``(R, N)`` under a semiring, with the backward pass of :func:`top_down`.
+
+    Every tensor it needs is an argument (``meta`` is a tuple of Python ints, ``name`` a string), so
+    ``torch.compile`` traces it into one graph and CUDA graphs can capture it: nothing in either pass
+    reads a tensor value on the host.
+    """
+
+    @staticmethod
+    def forward(ctx, leaves: Tensor, name: str, meta: tuple, n_slots: int, roots: Tensor, *indices: Tensor) -> Tensor:
+        kept: list[Tensor | None] = []
+        buf = bottom_up(leaves, meta, n_slots, indices, semiring(name), kept)  # (n_slots, N)
+        ctx.name, ctx.meta, ctx.n_slots, ctx.n_leaf = name, meta, n_slots, leaves.shape[0]
+        ctx.save_for_backward(roots, *indices, *kept)
+        return buf.index_select(0, roots)  # (R, N)
+
+    @staticmethod
+    def backward(ctx, grad_roots: Tensor):  # (R, N)
+        roots, *saved = ctx.saved_tensors
+        indices, kept = saved[:len(ctx.meta)], saved[len(ctx.meta):]
+        grad = grad_roots.new_zeros(ctx.n_slots, grad_roots.shape[1])
+        grad.index_add_(0, roots, grad_roots)
+        top_down(grad, ctx.meta, indices, lambda g: kept[g])
+        return (grad[2:2 + ctx.n_leaf], None, None, None, None) + (None,) * len(indices)
