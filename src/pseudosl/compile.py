@@ -166,7 +166,7 @@ def compile_categorical(formula_or_list: CatFormula | Sequence[CatFormula], n_po
             raise ValueError("pass n_values: the formulas " + ("mention no position" if not ks else
                                                               f"mix positions with {sorted(ks)} values"))
         n_values = ks.pop()
-    key = ("categorical", n_positions, n_values, max_nodes, tuple(repr(f) for f in formulas))
+    key = ("categorical", n_positions, n_values, max_nodes, tuple(f.digest() for f in formulas))
     circuit = cached_circuit(key, lambda: Circuit(categorical_dag(formulas, n_positions, n_values,
                                                                   max_nodes=max_nodes)), enabled=cache)
     return _check_sat(circuit, allow_unsat, "the categorical formula")
