@@ -82,10 +82,12 @@ def test_value_sets_and_mixed_atoms():
 
 
 def test_canonical_text_does_not_depend_on_the_order_of_construction():
-    """The cache key is the formula's canonical text: children sorted, not in (hash-seeded) set order."""
+    """The text and the cache key (a digest) are canonical: children sorted, not in (hash-seeded) set order."""
     y = positions(4, 3)
     parts = [y[0] != y[1], y[2].isin({0, 2}) | (y[3] == y[1]), ~(y[1] == 2), (y[3] == 0).implies(y[2] == y[0])]
-    texts = {repr(all_of(p)) for p in (parts, parts[::-1], parts[1:] + parts[:1])}
+    orders = (parts, parts[::-1], parts[1:] + parts[:1])
+    assert len({all_of(p).digest() for p in orders}) == 1
+    texts = {repr(all_of(p)) for p in orders}
     assert texts == {"((y[0] == y[2] | y[3] in {1, 2}) & (y[1] == y[3] | y[2] in {0, 2}) & y[0] != y[1] & "
                      "y[1] in {0, 1})"}
 
@@ -134,3 +136,28 @@ def test_one_constraint_three_ways():
     for circuit in (formula, builder, automaton):
         torch.testing.assert_close(circuit.log_prob(x), want)
     assert np.isclose(formula.log_prob(torch.zeros(1, n, k)).exp().item(), k * (k - 1) ** (n - 1))
+
+
+def test_shared_subformulas_are_walked_once():
+    """Issue 19: a chain of iff repeats each subformula twice per level (2^n paths, 6n distinct nodes);
+    negation, evaluation, the text and the cache key visit each distinct subformula once."""
+    y = positions(16, 2)
+
+    def chain():
+        f = y[0] == 1
+        for i in range(1, 16):
+            f = f.iff(y[i] == 1)
+        return f
+
+    f = chain()
+    assert len(repr(f)) <= 2010  # the text is cut, not 2^16 atoms long
+    assert f.digest() == chain().digest() != (~f).digest()
+    ones = [1] * 16
+    assert f.evaluate(ones) and not f.evaluate(ones[:-1] + [0]) and (~f).evaluate(ones[:-1] + [0])
+    c = pseudosl.compile_categorical(f, cache=False)
+    p = torch.rand(16, dtype=torch.float64).clamp(0.05, 0.95)
+    want = p[0]
+    for i in range(1, 16):  # P(f_i) = P(f_{i-1}) p_i + (1 - P(f_{i-1})) (1 - p_i)
+        want = want * p[i] + (1 - want) * (1 - p[i])
+    x = torch.stack([(1 - p).log(), p.log()], -1)[None]
+    torch.testing.assert_close(c.log_prob(x).exp()[0], want, atol=1e-12, rtol=0)

@@ -147,9 +147,9 @@ def test_extreme_logits_finite(dtype):
 
 def test_unsatisfiable_root_is_neg_inf_with_zero_gradient():
     b = CircuitBuilder(2, 2)
-    contradiction = b.and_(b.literal(0, 1), b.literal(0, 0))  # X_0 = 1 and X_0 = 0: not decomposable, so
-    circuit = Circuit(b.build([FALSE, b.literal(1, 1)]))           # unsatisfiable roots are built as FALSE
-    assert contradiction != FALSE  # the builder folds constants, it does not decide satisfiability
+    contradiction = b.and_(b.literal(0, 1), b.literal(0, 0))  # X_0 = 1 and X_0 = 0: folds to FALSE
+    circuit = Circuit(b.build([contradiction, b.literal(1, 1)]))
+    assert contradiction == FALSE
     assert circuit.dag.is_false(0) and not circuit.dag.is_false(1)
     x = torch.randn(3, 2, 2, dtype=torch.float64).requires_grad_()
     out = circuit(x)
@@ -188,19 +188,15 @@ def _raw_dag(kinds, var, value, children, roots, n_vars=2):
 def test_checks_reject_invalid_circuits():
     # nodes: 0 F, 1 T, 2 x0, 3 ~x0, 4 x1, 5 ~x1, 6 AND(x0, x0 | x1) ...
     lits = dict(kinds=[3, 3, 0, 0, 0, 0], var=[0, 0, 0, 0, 1, 1], value=[0, 1, 1, 0, 1, 0])
-    not_decomposable = _raw_dag(lits["kinds"] + [1], lits["var"] + [0], lits["value"] + [0],
-                                [[], [], [], [], [], [], [2, 3]], [6], n_vars=1)
-    with pytest.raises(CircuitError, match="decomposable"):
-        not_decomposable.check_decomposable()
-    # OR(AND(x0, x1), AND(x0, ~x1)) is fine; OR(AND(x0,x1), AND(x0 | ~x0 ..)) overlapping is not
+    with pytest.raises(CircuitError, match="decomposable"):  # a Dag validates itself when it is made
+        _raw_dag(lits["kinds"] + [1], lits["var"] + [0], lits["value"] + [0], [[], [], [], [], [], [], [2, 3]], [6])
+    # OR(AND(x0, x1), AND(x0 | ~x0 ..)) overlapping: smooth and decomposable, not deterministic
     overlapping = _raw_dag(lits["kinds"] + [2, 1, 1, 2], lits["var"] + [0] * 4, lits["value"] + [0] * 4,
                            [[], [], [], [], [], [], [2, 3], [2, 4], [6, 4], [7, 8]], [9])
     with pytest.raises(CircuitError, match="deterministic"):
         overlapping.check_deterministic()
-    unsmooth = _raw_dag(lits["kinds"] + [2], lits["var"] + [0], lits["value"] + [0],
-                        [[], [], [], [], [], [], [2, 4]], [6])
     with pytest.raises(CircuitError, match="smooth"):
-        unsmooth.check_smooth()
+        _raw_dag(lits["kinds"] + [2], lits["var"] + [0], lits["value"] + [0], [[], [], [], [], [], [], [2, 4]], [6])
 
 
 def test_save_load_roundtrip(tmp_path):

@@ -13,7 +13,7 @@ from checks import assert_boolean_matches_oracle, assert_matches_oracle, random_
 from pseudosl import compile_cnf
 from pseudosl.cache import cache_dir, cached_circuit
 from pseudosl.logic.cnf import parse_dimacs
-from pseudosl.logic.errors import DimacsFormatError, UnsatisfiableError
+from pseudosl.logic.errors import DimacsFormatError, SizeLimitError, UnsatisfiableError
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -115,6 +115,36 @@ def test_dimacs_errors(text, match):
         parse_dimacs(text)
 
 
+def test_binary_dimacs_is_named(tmp_path):
+    path = tmp_path / "random.cnf"
+    path.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(DimacsFormatError, match=r"random\.cnf: not a text DIMACS CNF file \(byte 128"):
+        compile_cnf(path, cache=False)
+    with pytest.raises(DimacsFormatError, match="malformed header"):
+        parse_dimacs("p cnf \u00b2 1\n1 0\n")  # a superscript two is a digit to str.isdigit, not to int
+
+
+@pytest.mark.parametrize("source, match", [
+    ("p cnf 2000000000 1\n1 0\n", r"n_vars \(from the DIMACS header\) is 2,000,000,000, above max_vars=100,000"),
+    ([[2**70]], r"n_vars \(from the largest variable of the clauses\) is 1,180,591,620,717,411,303,424, above max_vars"),
+])
+def test_huge_cnf_is_refused_before_any_work(source, match):
+    with pytest.raises(SizeLimitError, match=match):
+        compile_cnf(source)
+
+
+def test_size_limits_can_be_raised():
+    with pytest.raises(SizeLimitError, match="n_vars is 6, above max_vars=5"):
+        compile_cnf([[1, 2]], n_vars=6, max_vars=5, cache=False)
+    assert compile_cnf([[1, 2]], n_vars=6, max_vars=6, cache=False).n_vars == 6
+    clauses = [[v, -(v % 12 + 1)] for v in range(1, 13)] + [[1, 5, 9]]
+    with pytest.raises(SizeLimitError, match="compiling through PySDD: .* above max_nodes=10"):
+        compile_cnf(clauses, max_nodes=10, cache=False)
+    c = compile_cnf(clauses, max_nodes=None, cache=False)
+    truth = oracle.truth_of(lambda y: satisfies(clauses, y), 12, 2)
+    np.testing.assert_array_equal(c.dag.evaluate(oracle.assignments(12, 2))[:, 0], truth)
+
+
 def test_dimacs_error_names_file(tmp_path):
     path = tmp_path / "broken.cnf"
     path.write_text("p cnf 2 2\n1 2 0\n")
@@ -160,3 +190,26 @@ def test_cache_disabled_and_bad_build(tmp_path, monkeypatch):
         cached_circuit("key", lambda: 3)
     with pytest.raises(TypeError, match="cache key"):
         cached_circuit(object(), lambda: 3)
+
+
+def test_cache_rebuilds_truncated_tampered_and_swapped_entries(tmp_path, monkeypatch):
+    monkeypatch.setenv("PSEUDOSL_CACHE", str(tmp_path))
+    xor = compile_cnf([[1, 2], [-1, -2]])
+    (entry,) = tmp_path.iterdir()
+    good = entry.read_bytes()
+    entry.write_bytes(good[:len(good) // 2])  # truncated: BadZipFile / EOFError inside np.load
+    with pytest.warns(UserWarning, match="is not a saved pseudosl circuit"):
+        assert compile_cnf([[1, 2], [-1, -2]]).fingerprint() == xor.fingerprint()
+    with np.load(entry) as f:
+        arrays = {k: f[k] for k in f.files}
+    arrays["children"] = arrays["children"][::-1].copy()  # tampered, checksum kept
+    np.savez(entry, **arrays)
+    with pytest.warns(UserWarning, match="fails its checksum"):
+        assert compile_cnf([[1, 2], [-1, -2]]).fingerprint() == xor.fingerprint()
+    implies = compile_cnf([[-1, 2]])
+    (other,) = set(tmp_path.iterdir()) - {entry}
+    other.write_bytes(entry.read_bytes())  # a valid circuit under another key
+    with pytest.warns(UserWarning, match="holds the circuit saved as"):
+        again = compile_cnf([[-1, 2]])
+    assert again.fingerprint() == implies.fingerprint() != xor.fingerprint()
+    assert compile_cnf([[-1, 2]]).fingerprint() == implies.fingerprint()  # rebuilt and replaced

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 import oracle
 from checks import assert_matches_oracle, random_log_weights
 from pseudosl import compile_formula, variables
-from pseudosl.logic.errors import UnsatisfiableError
-from pseudosl.logic.formula import And, Not, Or, Var, false, iff, implies, true
+from pseudosl.logic.errors import SizeLimitError, UnsatisfiableError
+from pseudosl.logic.formula import And, Not, Or, Var, dag_key, false, iff, implies, true
 
 N = 5
 
@@ -102,3 +103,44 @@ def test_misuse_errors():
         compile_formula([Var(0), 3], cache=False)
     with pytest.raises(AttributeError):
         Var(0).index = 2
+
+
+def _iff_chain(n: int):
+    f = Var(0)
+    for i in range(1, n):
+        f = f.iff(Var(i))  # f appears twice in each step: 2^n leaves as a tree, 6n nodes as a DAG
+    return f
+
+
+def test_iff_chain_is_linear_and_compiles(tmp_path, monkeypatch):
+    """Issue 19: hashing and keys were rebuilt over the expanded tree (n = 20: 10 s, 40: hours)."""
+    monkeypatch.setenv("PSEUDOSL_CACHE", str(tmp_path))
+    f = _iff_chain(40)
+    assert f is _iff_chain(40) and f == _iff_chain(40)  # hash-consed: equal formulas are one object
+    assert len(dag_key([f])) <= 6 * 40  # per variable: Var, ~Var, ~f, two ANDs and an OR
+    assert f.evaluate([1] * 40) and not f.evaluate([1] * 39 + [0])  # 40 ones: even parity of zeros
+    c = compile_formula(f)  # through the cache: its key is the linear dag_key
+    p = torch.rand(40, dtype=torch.float64).clamp(0.05, 0.95)
+    want = p[0]
+    for i in range(1, 40):  # P(f_i) = P(f_{i-1}) p_i + (1 - P(f_{i-1})) (1 - p_i)
+        want = want * p[i] + (1 - want) * (1 - p[i])
+    torch.testing.assert_close(c.log_prob(p.log()[None]).exp()[0], want, atol=1e-12, rtol=0)
+    assert compile_formula(_iff_chain(40)).fingerprint() == c.fingerprint()  # a cache hit
+
+
+def test_dag_key_is_canonical_and_formulas_pickle():
+    a, b = variables(2)
+    assert dag_key([a & b, a]) == (("var", 0), ("var", 1), ("and", 0, 1), ("roots", 2, 0))
+    assert dag_key([a | b]) != dag_key([b | a])
+    import copy
+    import pickle
+    f = (a & ~b).implies(b)
+    assert pickle.loads(pickle.dumps(f)) is f and copy.deepcopy(f) is f
+
+
+def test_huge_variable_index_is_refused():
+    with pytest.raises(SizeLimitError, match=r"n_vars \(from the largest variable, Var\(1000000\)\) is 1,000,001"):
+        compile_formula(Var(10**6), cache=False)
+    with pytest.raises(SizeLimitError, match="max_vars"):
+        compile_formula(Var(0), n_vars=10**6, cache=False)
+    assert compile_formula(Var(3), max_vars=4, cache=False).n_vars == 4

@@ -164,7 +164,9 @@ def test_multi_root_circuit_sums_per_root_losses():
     m = TableModel(n, k, 9)
     y = torch.as_tensor(oracle.assignments(n, k))
     b = CircuitBuilder(n, k)
-    r1, r2 = b.or_(b.literal(0, 1), b.literal(1, 1)), b.or_(b.literal(1, 0), b.literal(2, 1))
+    # x0 | x1 and ~x1 | x2, each as a decision (an OR of overlapping literals is refused)
+    r1 = b.or_(b.literal(0, 1), b.and_(b.literal(0, 0), b.literal(1, 1)))
+    r2 = b.or_(b.literal(1, 0), b.and_(b.literal(1, 1), b.literal(2, 1)))
     both = Circuit(b.build([r1, r2]))
     singles = [Circuit(b.build(r)) for r in (r1, r2)]
     loss, d = pseudo_semantic_loss(m.engine(), both, y, "none", return_diagnostics=True)

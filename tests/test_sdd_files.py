@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from conftest import ATOL64
 from pseudosl import Circuit, compile_cnf
+from pseudosl.logic.errors import SizeLimitError
 from pseudosl.logic.sdd import SddFormatError
 
 pysdd = pytest.importorskip("pysdd.sdd")
@@ -109,6 +110,12 @@ VTREE_OK = "vtree 3\nL 0 1\nL 2 2\nI 1 0 2\n"
     ("sdd 1\nL 0 0 x\n", "expected an integer"),
     ("sdd 1\nQ 0 0 1\n", "unknown line"),
     ("sdd 1\nL 0 0 0\n", "literal 0"),
+    ("sdd 0\n", r"bad\.sdd:1: header says 0 nodes; an SDD file has at least one"),
+    ("sdd 1\nsdd 1\nL 0 0 1\n", r"bad\.sdd:2: second 'sdd N' header"),
+    ("c a comment\nsdd 3\nL 0 0 1\nL 0 2 2\nD 2 1 1 0 0\n", r"bad\.sdd:4: node id 0 is defined again \(first on line 3\)"),
+    ("sdd 3\nL 0 0 1\nL 1 2 2\nD 2 1 1 0 one\n", r"bad\.sdd:4: expected an integer in field 6"),
+    ("sdd 2\nL 0 0 1\nD 1 1 0\n", "decision node says 0 elements"),
+    ("sdd 2\nL 0 x 1\nT 1\n", r"bad\.sdd:2: expected an integer in field 3"),
 ])
 def test_malformed_sdd(tmp_path, sdd, match):
     path = tmp_path / "bad.sdd"
@@ -140,3 +147,55 @@ def test_well_formed_small_files(tmp_path):
     with pytest.raises(SddFormatError, match="uses variable 2"):
         Circuit.from_sdd_file(tmp_path / "ok.sdd", n_vars=1)
     assert issubclass(SddFormatError, ValueError)
+
+
+# -- decision nodes are checked, not trusted (issue 19) -------------------------------------------------
+OVERLAP = "sdd 4\nL 0 0 1\nL 1 2 2\nT 2\nD 3 1 2 0 1 2 1\n"   # (x1 AND x2) OR (TRUE AND x2): P = 0.5, not 0.75
+
+
+def test_overlapping_primes_are_refused(tmp_path):
+    (tmp_path / "bad.sdd").write_text(OVERLAP)
+    (tmp_path / "ok.vtree").write_text(VTREE_OK)
+    with pytest.raises(SddFormatError, match=r"bad\.sdd:5: decision node 3: two of its elements hold together "
+                                             r"\(when X0=1, X1=1"):
+        Circuit.from_sdd_file(tmp_path / "bad.sdd")
+    with pytest.raises(SddFormatError, match=r"bad\.sdd:5: decision node 3: primes 0 and 2 overlap"):
+        Circuit.from_sdd_file(tmp_path / "bad.sdd", tmp_path / "ok.vtree")
+
+
+def test_literal_primes_load_without_vtree(tmp_path):
+    # XOR: (x1 AND ~x2) OR (~x1 AND x2), a decision on x1
+    (tmp_path / "xor.sdd").write_text("sdd 5\nL 0 0 1\nL 1 0 -1\nL 2 2 2\nL 3 2 -2\nD 4 1 2 0 3 1 2\n")
+    c = Circuit.from_sdd_file(tmp_path / "xor.sdd")
+    x = torch.randn(3, 2, 2, dtype=torch.float64)
+    want = torch.logaddexp(x[:, 0, 1] + x[:, 1, 0], x[:, 0, 0] + x[:, 1, 1])
+    torch.testing.assert_close(c.log_prob(x), want, atol=ATOL64, rtol=0)
+
+
+def test_elements_outside_their_vtree_side_are_refused(tmp_path):
+    (tmp_path / "ok.vtree").write_text(VTREE_OK)
+    (tmp_path / "swapped.sdd").write_text("sdd 3\nL 0 0 1\nL 1 2 2\nD 2 1 1 1 0\n")  # prime x2, sub x1
+    with pytest.raises(SddFormatError, match="its prime 1 sits at vtree node 2, outside the left subtree of its "
+                                             "vtree node 1"):
+        Circuit.from_sdd_file(tmp_path / "swapped.sdd", tmp_path / "ok.vtree")
+
+
+def test_huge_literal_is_a_size_error(tmp_path):
+    (tmp_path / "big.sdd").write_text(f"sdd 1\nL 0 0 {2**70}\n")
+    with pytest.raises(SizeLimitError, match=r"big\.sdd:2: literal 1180591620717411303424 names variable .* max_vars"):
+        Circuit.from_sdd_file(tmp_path / "big.sdd")
+
+
+def test_bench_sdd_needs_its_vtree_and_tampering_is_caught(bench_circuits, tmp_path):
+    """The exact prime check accepts the SDD package's files (see test_matches_pysdd_wmc) and
+    catches a decision node whose second prime is replaced by its first."""
+    with pytest.raises(SddFormatError, match="pass the .vtree file saved with this SDD"):
+        Circuit.from_sdd_file(bench_circuits / "sudoku_4.sdd")
+    lines = (bench_circuits / "sudoku_4.sdd").read_text().splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("D ") and int(line.split()[3]) >= 2)
+    tok = lines[i].split()
+    tok[6] = tok[4]  # element 2's prime := element 1's prime
+    lines[i] = " ".join(tok)
+    (tmp_path / "tampered.sdd").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SddFormatError, match=rf"tampered\.sdd:{i + 1}: decision node {tok[1]}: primes .* overlap"):
+        Circuit.from_sdd_file(tmp_path / "tampered.sdd", bench_circuits / "sudoku_4.vtree")

@@ -15,7 +15,7 @@ from .circuit import Circuit
 from .compile import compile_automaton, compile_categorical, compile_cnf, compile_formula
 from .logic.automaton import DFA
 from .logic.categorical import positions
-from .logic.dag import CircuitBuilder
+from .logic.builder import CircuitBuilder
 from .logic.formula import variables
 from .losses import constraint_log_prob, semantic_loss
 from .psl import (CausalLMEngine, Constraint, Engine, RecurrentDecoder, RecurrentEngine, ValueMap, as_engine,

@@ -3,8 +3,11 @@
 ``cached_circuit(key_parts, build)`` returns the circuit saved under
 ``sha256(FORMAT_VERSION, pseudosl version, key_parts)`` in :func:`cache_dir`, or calls
 ``build()`` and saves its result there (written to a temporary file, then renamed, so
-readers never see a half-written file).  An unreadable entry is rebuilt and replaced;
-an unwritable cache directory only warns.
+readers never see a half-written file).  An entry stores its key and a SHA-256 checksum of its
+content, both verified on load, and is checked like any loaded circuit
+(:meth:`~pseudosl.logic.dag.Dag.load`): a truncated, corrupted or tampered entry, or one holding
+the circuit of another key, is rebuilt and replaced with a warning; an unwritable cache
+directory only warns.
 
 Example:
     >>> import pseudosl
@@ -24,10 +27,11 @@ from typing import Callable
 import numpy as np
 
 from .circuit import Circuit
+from .logic.dag import Dag
 
 __all__ = ["cache_dir", "cache_key", "cached_circuit", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 1  # bump when the circuit construction or the saved format changes
+FORMAT_VERSION = 2  # bump when the circuit construction or the saved format changes (2: key and checksum stored)
 
 
 def cache_dir() -> Path:
@@ -57,19 +61,20 @@ def cached_circuit(key_parts: object, build: Callable[[], Circuit], *, enabled: 
     """
     if not enabled:
         return _checked(build())
-    path = cache_dir() / f"{cache_key(key_parts)}.npz"
+    key = cache_key(key_parts)
+    path = cache_dir() / f"{key}.npz"
     if path.is_file():
         try:
-            return Circuit.load(path)
+            return Circuit(Dag.load(path, label=key, max_vars=None))  # its size was allowed when it was built
         except (OSError, ValueError) as e:
-            warnings.warn(f"ignoring unreadable cached circuit {path} ({e}); rebuilding it")
+            warnings.warn(f"ignoring an unreadable or mismatching cached circuit {path} ({e}); rebuilding it")
     circuit = _checked(build())
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")  # .npz: savez adds none
         os.close(fd)
         try:
-            circuit.save(tmp)
+            circuit.dag.save(tmp, label=key)
             os.chmod(tmp, 0o644)  # mkstemp creates 0600; cache entries are ordinary files
             os.replace(tmp, path)
         finally:

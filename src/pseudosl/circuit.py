@@ -76,6 +76,7 @@ from torch import Tensor, nn
 from . import _validation, semirings
 from ._validation import require
 from .logic.dag import Dag, LayerPlan
+from .logic.errors import DEFAULT_MAX_VARS
 
 if TYPE_CHECKING:  # pragma: no cover
     from pysdd.sdd import SddNode
@@ -167,27 +168,24 @@ class Circuit(nn.Module):
 
     # -- persistence ----------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        """Write the symbolic circuit to ``path`` (``.npz`` is appended if missing); returns the path."""
+        """Write the symbolic circuit and its checksum to ``path`` (``.npz`` is appended if missing); returns it."""
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_name(path.name + ".npz")
-        np.savez_compressed(path, **self.dag.to_arrays())
+        self.dag.save(path)
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "Circuit":
-        """Read a circuit written by :meth:`save` (the ``.npz`` suffix may be left out)."""
+    def load(cls, path: str | Path, *, max_vars: int | None = DEFAULT_MAX_VARS) -> "Circuit":
+        """Read a circuit written by :meth:`save` (the ``.npz`` suffix may be left out): its checksum and
+        structure are checked (:meth:`Dag.load`; a bad file is a ``CircuitFormatError`` naming it, one of
+        more than ``max_vars`` variables a ``SizeLimitError``)."""
         path = Path(path)
         if not path.exists() and path.with_name(path.name + ".npz").exists():
             path = path.with_name(path.name + ".npz")
         if not path.exists():
             raise FileNotFoundError(f"no saved circuit at {path}")
-        try:
-            with np.load(path) as f:
-                arrays = {k: f[k] for k in f.files}
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{path} is not a saved pseudosl circuit ({e})") from None
-        return cls(Dag.from_arrays(arrays))
+        return cls(Dag.load(path, max_vars=max_vars))
 
     def fingerprint(self) -> str:
         """SHA-256 of the symbolic circuit (equal circuits, equal fingerprints)."""

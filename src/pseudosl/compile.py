@@ -3,8 +3,10 @@
 The symbolic work happens in the torch-free :mod:`pseudosl.logic` layer
 (:mod:`~pseudosl.logic.cnf`, :mod:`~pseudosl.logic.formula`, :mod:`~pseudosl.logic.automaton`,
 one PySDD driver in :mod:`~pseudosl.logic.sddcompile`); these functions validate and
-normalise the input, consult the on-disk cache (:mod:`pseudosl.cache`, keyed by the
-normalised content and options) and wrap the result in a :class:`Circuit`.
+normalise the input, refuse sizes above the caller's limits before any work (``max_vars``,
+``max_nodes``, ``max_edges``: :class:`~pseudosl.logic.errors.SizeLimitError`), consult the on-disk
+cache (:mod:`pseudosl.cache`, keyed by the normalised content and options) and wrap the result in a
+:class:`Circuit`.
 
 Example:
     >>> import torch, pseudosl
@@ -23,8 +25,9 @@ from .circuit import Circuit
 from .logic.automaton import DFA, automaton_dag, forbidden_words_dfa
 from .logic.categorical import CatFormula, categorical_dag
 from .logic.cnf import cnf_formula, normalize_clauses, parse_dimacs
-from .logic.errors import UnsatisfiableError, check_int
-from .logic.formula import Formula
+from .logic.errors import (DEFAULT_MAX_EDGES, DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, UnsatisfiableError, as_int,
+                           check_int, check_limit)
+from .logic.formula import Formula, dag_key
 from .logic.sddcompile import VTREE_TYPES, compile_with_pysdd
 
 __all__ = ["compile_cnf", "compile_formula", "compile_categorical", "compile_automaton", "no_forbidden_words"]
@@ -32,7 +35,8 @@ __all__ = ["compile_cnf", "compile_formula", "compile_categorical", "compile_aut
 
 def compile_cnf(path_or_clauses: str | Path | Sequence[Sequence[int]], n_vars: int | None = None, *,
                 vtree: str = "balanced", minimize: bool = True, allow_unsat: bool = False,
-                cache: bool = True) -> Circuit:
+                cache: bool = True, max_vars: int | None = DEFAULT_MAX_VARS,
+                max_nodes: int | None = DEFAULT_MAX_NODES) -> Circuit:
     """Compile a CNF (a DIMACS file/text, or a list of clauses of nonzero ints) into a Boolean circuit.
 
     DIMACS variable ``i`` is circuit position ``i - 1``; an empty clause list is TRUE.
@@ -47,36 +51,48 @@ def compile_cnf(path_or_clauses: str | Path | Sequence[Sequence[int]], n_vars: i
         allow_unsat: return a circuit whose root is FALSE (``log_prob = -inf``) for an
             unsatisfiable CNF instead of raising :class:`UnsatisfiableError`.
         cache: use the on-disk compile cache (:mod:`pseudosl.cache`).
+        max_vars: refuse more variables than this, before any work (``None``: no limit).
+        max_nodes: stop when PySDD holds more SDD nodes than this (``None``: no limit).
 
     Returns:
         A single-rooted :class:`Circuit` with ``n_vars`` Boolean variables.
+
+    Raises:
+        DimacsFormatError: a malformed file, naming ``file:line``.
+        SizeLimitError: above ``max_vars`` or ``max_nodes``.
+        UnsatisfiableError: no model (unless ``allow_unsat``).
     """
+    source = "" if n_vars is not None else " (from the largest variable of the clauses)"
     if isinstance(path_or_clauses, (str, Path)):
         header_vars, clauses = parse_dimacs(path_or_clauses)
         if n_vars is None:
+            source = " (from the DIMACS header" + (f" of {path_or_clauses})" if "\n" not in str(path_or_clauses) else ")")
             n_vars = header_vars
         elif isinstance(n_vars, int) and n_vars < header_vars:
             raise ValueError(f"n_vars={n_vars} is smaller than the {header_vars} variables the DIMACS header declares")
     else:
         clauses = path_or_clauses
     n_vars, clauses = normalize_clauses(clauses, n_vars)
+    check_limit(f"compile_cnf: n_vars{source} is", n_vars, max_vars, "max_vars", _VARS_COST)
     _check_vtree(vtree)
     key = ("cnf", n_vars, clauses, vtree, bool(minimize))
-    circuit = cached_circuit(key, lambda: Circuit(compile_with_pysdd([cnf_formula(clauses)], n_vars,
-                                                                     vtree=vtree, minimize=minimize)),
+    circuit = cached_circuit(key, lambda: Circuit(compile_with_pysdd([cnf_formula(clauses)], n_vars, vtree=vtree,
+                                                                     minimize=minimize, max_vars=max_vars,
+                                                                     max_nodes=max_nodes)),
                              enabled=cache)
     return _check_sat(circuit, allow_unsat, "the CNF")
 
 
 def compile_formula(formula_or_list: Formula | Sequence[Formula], n_vars: int | None = None, *,
                     vtree: str = "balanced", minimize: bool = True, allow_unsat: bool = False,
-                    cache: bool = True) -> Circuit:
+                    cache: bool = True, max_vars: int | None = DEFAULT_MAX_VARS,
+                    max_nodes: int | None = DEFAULT_MAX_NODES) -> Circuit:
     """Compile a :class:`~pseudosl.logic.formula.Formula` (or a list: one root per formula) via PySDD.
 
     Args:
         formula_or_list: a formula over ``Var(i)`` (0-based), or a non-empty list of formulas.
         n_vars: number of Boolean variables; defaults to the largest index used plus one.
-        vtree, minimize, allow_unsat, cache: as in :func:`compile_cnf`
+        vtree, minimize, allow_unsat, cache, max_vars, max_nodes: as in :func:`compile_cnf`
             (with ``allow_unsat=False`` every root must be satisfiable).
 
     Returns:
@@ -95,14 +111,17 @@ def compile_formula(formula_or_list: Formula | Sequence[Formula], n_vars: int | 
         if not isinstance(f, Formula):
             raise TypeError(f"formula {i} is a {type(f).__name__} ({f!r}), not a Formula")
     largest = max(f.max_var() for f in formulas)
+    source = ""
     if n_vars is None:
         if largest < 0:
             raise ValueError("the formulas mention no variable; pass n_vars (>= 1) to size the circuit")
-        n_vars = largest + 1
+        n_vars, source = largest + 1, f" (from the largest variable, Var({largest}))"
+    check_limit(f"compile_formula: n_vars{source} is", as_int("n_vars", n_vars), max_vars, "max_vars",
+                _VARS_COST)
     _check_vtree(vtree)
-    key = ("formula", n_vars, tuple(f.key() for f in formulas), vtree, bool(minimize))
-    circuit = cached_circuit(key, lambda: Circuit(compile_with_pysdd(formulas, n_vars, vtree=vtree,
-                                                                     minimize=minimize)),
+    key = ("formula", n_vars, dag_key(formulas), vtree, bool(minimize))
+    circuit = cached_circuit(key, lambda: Circuit(compile_with_pysdd(formulas, n_vars, vtree=vtree, minimize=minimize,
+                                                                     max_vars=max_vars, max_nodes=max_nodes)),
                              enabled=cache)
     return _check_sat(circuit, allow_unsat, "the formula")
 
@@ -147,18 +166,20 @@ def compile_categorical(formula_or_list: CatFormula | Sequence[CatFormula], n_po
             raise ValueError("pass n_values: the formulas " + ("mention no position" if not ks else
                                                               f"mix positions with {sorted(ks)} values"))
         n_values = ks.pop()
-    key = ("categorical", n_positions, n_values, max_nodes, tuple(repr(f) for f in formulas))
+    key = ("categorical", n_positions, n_values, max_nodes, tuple(f.digest() for f in formulas))
     circuit = cached_circuit(key, lambda: Circuit(categorical_dag(formulas, n_positions, n_values,
                                                                   max_nodes=max_nodes)), enabled=cache)
     return _check_sat(circuit, allow_unsat, "the categorical formula")
 
 
-def compile_automaton(dfa: DFA, n_positions: int, *, cache: bool = True) -> Circuit:
+def compile_automaton(dfa: DFA, n_positions: int, *, cache: bool = True,
+                      max_edges: int | None = DEFAULT_MAX_EDGES) -> Circuit:
     """The circuit "``dfa`` accepts ``y_0 .. y_{n_positions-1}``" over ``dfa.n_values``-valued positions.
 
     Unrolls the DFA directly (no SDD; see :mod:`pseudosl.logic.automaton`):
     ``O(n_states * n_positions)`` OR nodes.  A DFA accepting no sequence of this length
-    gives a FALSE root (``log_prob = -inf``).
+    gives a FALSE root (``log_prob = -inf``).  Above ``max_edges`` estimated circuit edges
+    (:func:`~pseudosl.logic.automaton.automaton_edges`) it is a ``SizeLimitError`` before any work.
 
     Example:
         >>> from pseudosl.logic.automaton import DFA
@@ -169,19 +190,25 @@ def compile_automaton(dfa: DFA, n_positions: int, *, cache: bool = True) -> Circ
         raise TypeError(f"dfa must be a pseudosl.logic.automaton.DFA, got {type(dfa).__name__}")
     n_positions = check_int("n_positions", n_positions, low=1)
     return cached_circuit(("automaton", dfa.key(), n_positions),
-                          lambda: Circuit(automaton_dag(dfa, n_positions)), enabled=cache)
+                          lambda: Circuit(automaton_dag(dfa, n_positions, max_edges=max_edges)), enabled=cache)
 
 
 def no_forbidden_words(words: Sequence[Sequence[int]], n_positions: int, n_values: int, *,
-                       cache: bool = True) -> Circuit:
+                       cache: bool = True, max_edges: int | None = DEFAULT_MAX_EDGES) -> Circuit:
     """Circuit over ``n_positions`` positions: no word of ``words`` occurs contiguously.
 
-    See :func:`~pseudosl.logic.automaton.forbidden_words_dfa` (fold large vocabularies first).
+    See :func:`~pseudosl.logic.automaton.forbidden_words_dfa` (fold large vocabularies first);
+    ``max_edges`` bounds both the DFA's table and the circuit (see :func:`compile_automaton`).
 
     Example:
         >>> circuit = no_forbidden_words([[0, 1], [2, 2]], n_positions=6, n_values=3)
     """
-    return compile_automaton(forbidden_words_dfa(words, n_values), n_positions, cache=cache)
+    n_positions = check_int("n_positions", n_positions, low=1)
+    return compile_automaton(forbidden_words_dfa(words, n_values, max_edges=max_edges), n_positions, cache=cache,
+                             max_edges=max_edges)
+
+
+_VARS_COST = " (a circuit holds two leaves per variable and smooths every root over all of them)"
 
 
 def _check_vtree(vtree: str) -> None:

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from tqdm.auto import tqdm
 
-from .logic.dag import CircuitBuilder
-from .logic.errors import as_int
+from .logic.builder import CircuitBuilder
+from .logic.errors import DEFAULT_MAX_NODES, as_int
 from .logic.simpath import grid_edges, is_simple_path, normalized_bound, simple_path_dag
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -152,7 +152,7 @@ def compile_all_different(n_vars: int, n_values: int, groups: Sequence[Sequence[
 
 
 def simple_path(rows: int, cols: int, max_edges: int | None = None, *, cache: bool = True,
-                progress: bool | None = None) -> "Circuit":
+                progress: bool | None = None, max_nodes: int | None = DEFAULT_MAX_NODES) -> "Circuit":
     """Boolean circuit over the edges of the ``rows x cols`` cell grid, in :func:`grid_edges` order,
     whose models are the simple paths from cell ``(0, 0)`` to cell ``(rows-1, cols-1)``.
 
@@ -168,6 +168,8 @@ def simple_path(rows: int, cols: int, max_edges: int | None = None, *, cache: bo
             :class:`~pseudosl.logic.errors.UnsatisfiableError`.
         cache: use the on-disk compile cache.
         progress: show a tqdm bar while compiling (default: for grids of 100 edges or more).
+        max_nodes: stop with a ``SizeLimitError`` above this many frontier states (about the circuit's
+            nodes: 9.7M for the unbounded 12 x 12 grid); ``None``: no limit.
 
     Example:
         >>> import torch
@@ -181,7 +183,8 @@ def simple_path(rows: int, cols: int, max_edges: int | None = None, *, cache: bo
     bound = normalized_bound(rows, cols, max_edges)  # validates rows, cols, max_edges
     show = len(grid_edges(rows, cols)) >= 100 if progress is None else bool(progress)
     return cached_circuit(("simple_path", _SIMPATH_VERSION, rows, cols, bound),
-                          lambda: Circuit(simple_path_dag(rows, cols, bound, progress=show)), enabled=cache)
+                          lambda: Circuit(simple_path_dag(rows, cols, bound, progress=show, max_nodes=max_nodes)),
+                          enabled=cache)
 
 
 # -- helpers ----------------------------------------------------------------------------------------

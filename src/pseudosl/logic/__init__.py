@@ -1,5 +1,8 @@
 """Torch-free symbolic layer: circuits, front-ends that build them, automata."""
 
-from .dag import FALSE, TRUE, CircuitBuilder, CircuitError, Dag, LayerPlan
+from .builder import CircuitBuilder
+from .dag import FALSE, TRUE, Dag, LayerPlan
+from .errors import CircuitError, CircuitFormatError, SizeLimitError
 
-__all__ = ["CircuitBuilder", "CircuitError", "Dag", "LayerPlan", "FALSE", "TRUE"]
+__all__ = ["CircuitBuilder", "CircuitError", "CircuitFormatError", "Dag", "LayerPlan", "SizeLimitError", "FALSE",
+           "TRUE"]

@@ -30,10 +30,11 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .dag import CircuitBuilder, Dag
-from .errors import check_int
+from .builder import CircuitBuilder
+from .dag import Dag
+from .errors import DEFAULT_MAX_EDGES, check_int, check_limit
 
-__all__ = ["DFA", "automaton_dag", "automaton_node", "forbidden_words_dfa"]
+__all__ = ["DFA", "automaton_dag", "automaton_edges", "automaton_node", "forbidden_words_dfa"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -150,13 +151,7 @@ def automaton_node(b: CircuitBuilder, dfa: DFA, positions: Sequence[int] | None 
     positions = list(range(b.n_vars)) if positions is None else [int(p) for p in positions]
     if len(set(positions)) != len(positions):
         raise ValueError(f"positions must be distinct, got {positions}")
-    # values grouped by destination, per state: [(dst, (c, ...)), ...]
-    groups = []
-    for s in range(dfa.n_states):
-        by_dst: dict[int, list[int]] = {}
-        for c, d in enumerate(dfa.delta[s].tolist()):
-            by_dst.setdefault(d, []).append(c)
-        groups.append(sorted(by_dst.items()))
+    groups = _groups(dfa)
     nodes = [b.true() if s in dfa.accepting else b.false() for s in range(dfa.n_states)]
     for pos in reversed(positions):
         nodes = [b.or_(*(b.and_(b.in_set(pos, vals), nodes[d]) for d, vals in groups[s] if nodes[d] != b.false()))
@@ -164,14 +159,41 @@ def automaton_node(b: CircuitBuilder, dfa: DFA, positions: Sequence[int] | None 
     return nodes[dfa.start]
 
 
-def automaton_dag(dfa: DFA, n_positions: int) -> Dag:
-    """The circuit over ``n_positions`` variables with ``dfa.n_values`` values: "``dfa`` accepts ``y``"."""
+def automaton_dag(dfa: DFA, n_positions: int, *, max_edges: int | None = DEFAULT_MAX_EDGES) -> Dag:
+    """The circuit over ``n_positions`` variables with ``dfa.n_values`` values: "``dfa`` accepts ``y``".
+
+    Above ``max_edges`` estimated edges (:func:`automaton_edges`) it is a
+    :class:`~pseudosl.logic.errors.SizeLimitError` before any work (``None``: no limit).
+    """
     n_positions = check_int("n_positions", n_positions, low=1)
+    check_limit(f"the automaton ({dfa.n_states:,} states, {dfa.n_values:,} values) over {n_positions:,} positions "
+                f"needs circuit edges numbering about", automaton_edges(dfa, n_positions), max_edges, "max_edges")
     b = CircuitBuilder(n_positions, dfa.n_values)
     return b.build([automaton_node(b, dfa)])
 
 
-def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int) -> DFA:
+def automaton_edges(dfa: DFA, n_positions: int) -> int:
+    """An upper bound on the edges :func:`automaton_dag` makes: per position, three per (state,
+    destination) pair (OR, AND) plus those of the distinct value sets, plus the smoothing nodes."""
+    groups = _groups(dfa)
+    sets = {vals for g in groups for _, vals in g if len(vals) < dfa.n_values}
+    per_position = 3 * sum(len(g) for g in groups) + sum(len(v) for v in sets) + dfa.n_values
+    return n_positions * per_position
+
+
+def _groups(dfa: DFA) -> list[list[tuple[int, tuple[int, ...]]]]:
+    """Per state, its values grouped by destination: ``[(dst, (c, ...)), ...]`` sorted by ``dst``."""
+    groups = []
+    for s in range(dfa.n_states):
+        by_dst: dict[int, list[int]] = {}
+        for c, d in enumerate(dfa.delta[s].tolist()):
+            by_dst.setdefault(d, []).append(c)
+        groups.append(sorted((d, tuple(vals)) for d, vals in by_dst.items()))
+    return groups
+
+
+def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int, *,
+                        max_edges: int | None = DEFAULT_MAX_EDGES) -> DFA:
     """Aho--Corasick DFA accepting the sequences in which no word of ``words`` occurs contiguously.
 
     States are the trie nodes (prefixes of words) that contain no complete word as a
@@ -187,6 +209,8 @@ def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int) -> DFA:
     Args:
         words: non-empty sequences of ints in ``0 .. n_values-1``.
         n_values: alphabet size ``>= 2``.
+        max_edges: refuse a transition table (states x values) larger than this, before
+            allocating it (``None``: no limit).
     """
     n_values = check_int("n_values", n_values, low=2)
     goto: list[dict[int, int]] = [{}]
@@ -208,6 +232,9 @@ def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int) -> DFA:
         terminal[s] = True
     # breadth-first: failure links, and full transitions delta[s][c]
     n = len(goto)
+    check_limit(f"forbidden_words_dfa: {n:,} trie states x {n_values:,} values make a transition table with "
+                f"entries numbering", n * n_values, max_edges, "max_edges",
+                " (fold the values that occur in no word into one catch-all value first)")
     delta = np.zeros((n, n_values), dtype=np.int64)
     fail = [0] * n
     queue: deque[int] = deque()

@@ -23,15 +23,17 @@ formula whose residuals do not repeat (e.g. all-different over many positions) g
 
 from __future__ import annotations
 
+import hashlib
 from typing import Iterable
 
-from .dag import CircuitBuilder, Dag
-from .errors import check_int
+from .builder import CircuitBuilder
+from .dag import Dag
+from .errors import SizeLimitError, check_int
 
 __all__ = ["CatFormula", "Position", "positions", "all_of", "any_of", "categorical_dag", "CategoricalSizeError"]
 
 
-class CategoricalSizeError(ValueError):
+class CategoricalSizeError(SizeLimitError):
     """The decision diagram of a categorical formula grows beyond ``max_nodes``."""
 
 
@@ -72,19 +74,25 @@ class CatFormula:
 
     def positions(self) -> set[int]:
         """The positions the formula mentions."""
-        return _mentions(self.key)
+        return set(_mentions(self.key, {}))
 
     def n_values(self) -> set[int]:
         """The numbers of values of the positions it mentions (one, in a well-formed formula)."""
-        return _n_values(self.key, set())
+        return _n_values(self.key, set(), set())
 
     def evaluate(self, values: Iterable[int]) -> bool:
         """The formula's truth value on one assignment ``values[i] = y_i``."""
-        return _evaluate(self.key, list(values))
+        return _evaluate(self.key, list(values), {})
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical form (children sorted): equal formulas, equal digests, in every process.
+        Linear in the distinct subformulas (the compile cache's key)."""
+        return _digest(self.key, {}).hex()
 
     def __repr__(self) -> str:
-        """Canonical text (children sorted): equal formulas print alike, in every process."""
-        return _show(self.key)
+        """Canonical text (children sorted): equal formulas print alike; cut after ``_SHOW_LIMIT`` characters
+        per subformula (a formula with shared subformulas, such as a chain of ``iff``, is exponentially long)."""
+        return _show(self.key, {})
 
 
 # keys: ("T",) / ("F",); ("in", i, k, frozenset values) with 0 < |values| < k; ("eq", i, j, k) with i < j;
@@ -163,7 +171,8 @@ def _in(i: int, k: int, values: frozenset[int]) -> CatFormula:
     return CatFormula(("in", i, k, values))
 
 
-def _not(f: CatFormula) -> CatFormula:
+def _not(f: CatFormula, memo: dict[tuple, CatFormula] | None = None) -> CatFormula:
+    """The negation, pushed down to the atoms; each distinct subformula is negated once (``memo``)."""
     key = f.key
     tag = key[0]
     if tag == "T":
@@ -176,8 +185,11 @@ def _not(f: CatFormula) -> CatFormula:
         return CatFormula(("not", key))
     if tag == "not":
         return CatFormula(key[1])
-    dual = "or" if tag == "and" else "and"
-    return _junction(dual, [_not(CatFormula(c)) for c in key[1]])
+    memo = {} if memo is None else memo
+    if key not in memo:
+        dual = "or" if tag == "and" else "and"
+        memo[key] = _junction(dual, [_not(CatFormula(c), memo) for c in key[1]])
+    return memo[key]
 
 
 def _junction(tag: str, children: list[CatFormula]) -> CatFormula:
@@ -236,48 +248,73 @@ def _condition(key: tuple, var: int, value: int, memo: dict[tuple, CatFormula]) 
     return out
 
 
-def _mentions(key: tuple) -> set[int]:
-    tag = key[0]
-    if tag in ("T", "F"):
-        return set()
-    if tag == "in":
-        return {key[1]}
-    if tag == "eq":
-        return {key[1], key[2]}
-    if tag == "not":
-        return _mentions(key[1])
-    return set().union(*(_mentions(c) for c in key[1]))
+# The walks below visit each distinct subformula once (``memo`` / ``seen``): a formula is a DAG of keys,
+# and a chain of ``iff`` repeats each subformula twice per level (2^n paths, 6n distinct keys).
+def _mentions(key: tuple, memo: dict[tuple, frozenset[int]]) -> frozenset[int]:
+    if key not in memo:
+        tag = key[0]
+        memo[key] = (frozenset() if tag in ("T", "F") else frozenset([key[1]]) if tag == "in" else
+                     frozenset(key[1:3]) if tag == "eq" else _mentions(key[1], memo) if tag == "not" else
+                     frozenset().union(*(_mentions(c, memo) for c in key[1])))
+    return memo[key]
 
 
-def _n_values(key: tuple, found: set[int]) -> set[int]:
+def _n_values(key: tuple, found: set[int], seen: set[tuple]) -> set[int]:
+    if key in seen:
+        return found
+    seen.add(key)
     tag = key[0]
     if tag == "in":
         found.add(key[2])
     elif tag == "eq":
         found.add(key[3])
     elif tag == "not":
-        _n_values(key[1], found)
+        _n_values(key[1], found, seen)
     elif tag in ("and", "or"):
         for c in key[1]:
-            _n_values(c, found)
+            _n_values(c, found, seen)
     return found
 
 
-def _evaluate(key: tuple, y: list[int]) -> bool:
-    tag = key[0]
-    if tag in ("T", "F"):
-        return tag == "T"
-    if tag == "in":
-        return y[key[1]] in key[3]
-    if tag == "eq":
-        return y[key[1]] == y[key[2]]
-    if tag == "not":
-        return not _evaluate(key[1], y)
-    parts = (_evaluate(c, y) for c in key[1])
-    return all(parts) if tag == "and" else any(parts)
+def _evaluate(key: tuple, y: list[int], memo: dict[tuple, bool]) -> bool:
+    if key not in memo:
+        tag = key[0]
+        if tag in ("T", "F"):
+            memo[key] = tag == "T"
+        elif tag == "in":
+            memo[key] = y[key[1]] in key[3]
+        elif tag == "eq":
+            memo[key] = y[key[1]] == y[key[2]]
+        elif tag == "not":
+            memo[key] = not _evaluate(key[1], y, memo)
+        else:
+            parts = (_evaluate(c, y, memo) for c in key[1])
+            memo[key] = all(parts) if tag == "and" else any(parts)
+    return memo[key]
 
 
-def _show(key: tuple) -> str:
+def _digest(key: tuple, memo: dict[tuple, bytes]) -> bytes:
+    """SHA-256 of the canonical form of ``key``: a Merkle hash, children sorted by their digests."""
+    if key not in memo:
+        tag = key[0]
+        if tag in ("in", "eq"):
+            text = repr((tag, *key[1:3], *(sorted(key[3]) if tag == "in" else [key[3]])))
+        elif tag == "not":
+            text = "not " + _digest(key[1], memo).hex()
+        elif tag in ("and", "or"):
+            text = tag + " " + " ".join(sorted(_digest(c, memo).hex() for c in key[1]))
+        else:
+            text = tag
+        memo[key] = hashlib.sha256(text.encode()).digest()
+    return memo[key]
+
+
+_SHOW_LIMIT = 2000
+
+
+def _show(key: tuple, memo: dict[tuple, str]) -> str:
+    if key in memo:
+        return memo[key]
     tag = key[0]
     if tag in ("T", "F"):
         return "TRUE" if tag == "T" else "FALSE"
@@ -289,7 +326,9 @@ def _show(key: tuple) -> str:
     if tag == "not":
         return f"y[{key[1][1]}] != y[{key[1][2]}]"
     sep = " & " if tag == "and" else " | "
-    return "(" + sep.join(sorted(_show(c) for c in key[1])) + ")"
+    text = "(" + sep.join(sorted(_show(c, memo) for c in key[1])) + ")"
+    memo[key] = text if len(text) <= _SHOW_LIMIT else text[:_SHOW_LIMIT] + " ..."
+    return memo[key]
 
 
 # -- compilation ----------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ def parse_dimacs(path_or_text: str | Path) -> tuple[int, list[list[int]]]:
         path = Path(path_or_text)
         if not path.is_file():
             raise FileNotFoundError(f"no DIMACS file at {path} (to parse text, pass a str containing newlines)")
-        name, text = str(path), path.read_text()
+        name, text = str(path), _read_text(path)
     else:
         name, text = "<text>", path_or_text
     n_vars = n_clauses = None
@@ -132,5 +132,13 @@ def cnf_formula(clauses: Sequence[Sequence[int]]) -> Formula:
     return And(*(Or(*(Var(l - 1) if l > 0 else Not(Var(-l - 1)) for l in c)) for c in clauses))
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DimacsFormatError(f"{path}: not a text DIMACS CNF file (byte {e.start} is not UTF-8 text); pass a "
+                                f"'p cnf <n_vars> <n_clauses>' file, or a clause list") from None
+
+
 def _is_nonneg_int(t: str) -> bool:
-    return t.isdigit()
+    return t.isascii() and t.isdigit()

@@ -1,4 +1,4 @@
-"""Symbolic circuits over categorical variables (no torch).
+"""The frozen circuit (no torch): CSR arrays, their checks, their evaluation plan and file format.
 
 A circuit is a DAG over ``n_vars`` positions, each a categorical variable with
 ``n_values`` values (Boolean variables are ``n_values = 2``, value 1 = true).
@@ -14,159 +14,32 @@ in one bottom-up pass provided it is
 * deterministic: the children of an OR are mutually exclusive,
 * smooth: the children of an OR mention the same variables.
 
-:class:`CircuitBuilder` hash-conses nodes (identical nodes are built once) and
-folds constants; :meth:`CircuitBuilder.build` smooths every OR node and every
-root (roots are smoothed over *all* variables, so the value of a root is the
-weighted model count over the whole sequence) and freezes the result into a
-:class:`Dag`.  Categorical variables are exact: the smoothing node of
-variable ``v`` is ``OR_c [X_v = c]``, never a Bernoulli "odds" leaf.
+:class:`~pseudosl.logic.builder.CircuitBuilder` makes circuits node by node and checks
+decomposability and determinism as it goes; every :class:`Dag`, whoever made its arrays (the builder,
+a direct compiler, a saved file), is checked when it is constructed by :meth:`Dag.validate`: ids,
+order (no cycle), smoothness and decomposability, in linear time.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import random
+import secrets
+import zipfile
+import zlib
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CircuitBuilder", "Dag", "FALSE", "TRUE", "CircuitError", "LayerPlan"]
+from .errors import DEFAULT_MAX_VARS, CircuitError, CircuitFormatError, SizeLimitError, check_limit
+
+__all__ = ["Dag", "FALSE", "TRUE", "CircuitError", "LayerPlan"]
 
 FALSE = 0
 TRUE = 1
 _LIT, _AND, _OR, _CONST = 0, 1, 2, 3
-
-
-class CircuitError(ValueError):
-    """A circuit violates a structural property (decomposability, determinism, ...)."""
-
-
-class CircuitBuilder:
-    """Builds a circuit node by node.  Node handles are plain ``int`` ids.
-
-    Example:
-        >>> b = CircuitBuilder(n_vars=2, n_values=3)
-        >>> same = b.or_(*(b.and_(b.literal(0, c), b.literal(1, c)) for c in range(3)))
-        >>> dag = b.build([same])
-    """
-
-    def __init__(self, n_vars: int, n_values: int = 2) -> None:
-        if not isinstance(n_vars, int) or n_vars < 1:
-            raise ValueError(f"n_vars must be a positive int, got {n_vars!r}")
-        if not isinstance(n_values, int) or n_values < 2:
-            raise ValueError(f"n_values must be an int >= 2 (2 for Boolean variables), got {n_values!r}")
-        self.n_vars = n_vars
-        self.n_values = n_values
-        # node id -> (kind, payload); payload = (var, value) for literals, tuple of children otherwise
-        self._kind: list[int] = [_CONST, _CONST]
-        self._payload: list[tuple[int, ...]] = [(0,), (1,)]
-        self._index: dict[tuple[int, tuple[int, ...]], int] = {}
-
-    # -- leaves -----------------------------------------------------------------
-    def false(self) -> int:
-        return FALSE
-
-    def true(self) -> int:
-        return TRUE
-
-    def literal(self, var: int, value: int = 1) -> int:
-        """The indicator ``[X_var = value]`` (for Boolean variables ``value=0`` is the negative literal)."""
-        if not (0 <= var < self.n_vars):
-            raise ValueError(f"variable {var} is out of range: this circuit has variables 0..{self.n_vars - 1}")
-        if not (0 <= value < self.n_values):
-            raise ValueError(f"value {value} of variable {var} is out of range 0..{self.n_values - 1}")
-        return self._make(_LIT, (int(var), int(value)))
-
-    def in_set(self, var: int, values: Iterable[int]) -> int:
-        """``[X_var in values]``: an OR of value indicators (deterministic by construction)."""
-        vals = sorted(set(int(c) for c in values))
-        if len(vals) == self.n_values:
-            return TRUE
-        return self.or_(*(self.literal(var, c) for c in vals))
-
-    # -- inner nodes --------------------------------------------------------------
-    def and_(self, *children: int) -> int:
-        kids: set[int] = set()
-        for c in children:
-            self._check_id(c)
-            if c == FALSE:
-                return FALSE
-            if c != TRUE:
-                kids.add(c)
-        if not kids:
-            return TRUE
-        if len(kids) == 1:
-            return kids.pop()
-        return self._make(_AND, tuple(sorted(kids)))
-
-    def or_(self, *children: int) -> int:
-        kids: set[int] = set()
-        for c in children:
-            self._check_id(c)
-            if c == TRUE:
-                return TRUE
-            if c != FALSE:
-                kids.add(c)
-        if not kids:
-            return FALSE
-        if len(kids) == 1:
-            return kids.pop()
-        return self._make(_OR, tuple(sorted(kids)))
-
-    def __len__(self) -> int:
-        return len(self._kind)
-
-    def _check_id(self, node: int) -> None:
-        if not (isinstance(node, (int, np.integer)) and 0 <= node < len(self._kind)):
-            raise ValueError(f"{node!r} is not a node of this builder (ids 0..{len(self._kind) - 1})")
-
-    def _make(self, kind: int, payload: tuple[int, ...]) -> int:
-        key = (kind, payload)
-        node = self._index.get(key)
-        if node is None:
-            node = len(self._kind)
-            self._kind.append(kind)
-            self._payload.append(payload)
-            self._index[key] = node
-        return node
-
-    # -- freezing -----------------------------------------------------------------
-    def build(self, roots: Sequence[int] | int) -> "Dag":
-        """Smooth the sub-DAG below ``roots`` and freeze it (roots smoothed over all variables)."""
-        roots = [roots] if isinstance(roots, (int, np.integer)) else list(roots)
-        if not roots:
-            raise ValueError("build() needs at least one root")
-        for r in roots:
-            self._check_id(r)
-        return _smooth_and_freeze(self, [int(r) for r in roots])
-
-
-def _var_mask(b: CircuitBuilder, node: int, cache: dict[int, int]) -> int:
-    """Bitset (Python int) of the variables mentioned below ``node``; iterative post-order."""
-    stack = [node]
-    while stack:
-        u = stack[-1]
-        if u in cache:
-            stack.pop()
-            continue
-        kind = b._kind[u]
-        if kind == _CONST:
-            cache[u] = 0
-            stack.pop()
-        elif kind == _LIT:
-            cache[u] = 1 << b._payload[u][0]
-            stack.pop()
-        else:
-            todo = [c for c in b._payload[u] if c not in cache]
-            if todo:
-                stack.extend(todo)
-            else:
-                m = 0
-                for c in b._payload[u]:
-                    m |= cache[c]
-                cache[u] = m
-                stack.pop()
-    return cache[node]
 
 
 # A group costs a fixed dispatch overhead of roughly the time to gather this many padded rows
@@ -208,75 +81,6 @@ def _bits(mask: int) -> list[int]:
     return out
 
 
-def _smooth_and_freeze(b: CircuitBuilder, roots: list[int]) -> "Dag":
-    masks: dict[int, int] = {}
-    for r in roots:
-        _var_mask(b, r, masks)
-    any_node: dict[int, int] = {}
-
-    def anyv(v: int) -> int:
-        if v not in any_node:
-            any_node[v] = b._make(_OR, tuple(b.literal(v, c) for c in range(b.n_values)))
-            masks[any_node[v]] = 1 << v
-            for c in range(b.n_values):
-                masks[b.literal(v, c)] = 1 << v
-        return any_node[v]
-
-    def pad(child: int, missing: int) -> int:
-        if not missing:
-            return child
-        extra = [anyv(v) for v in _bits(missing)]
-        if child == TRUE:
-            kids = extra
-        elif b._kind[child] == _AND:  # flatten: AND(AND(p, s), any) = AND(p, s, any)
-            kids = [*b._payload[child], *extra]
-        else:
-            kids = [child, *extra]
-        node = kids[0] if len(kids) == 1 else b._make(_AND, tuple(sorted(set(kids))))
-        masks[node] = masks.get(child, 0) | missing
-        return node
-
-    # smooth OR nodes bottom-up (children of smoothed nodes keep their variable sets)
-    smoothed: dict[int, int] = {}
-    order = _topological(b, roots)
-    for u in order:
-        kind = b._kind[u]
-        if kind in (_CONST, _LIT):
-            smoothed[u] = u
-            continue
-        kids = [smoothed[c] for c in b._payload[u]]
-        if kind == _OR:
-            full = masks[u]
-            kids = [pad(c, full & ~masks.get(c, 0)) for c in kids]
-        node = b._make(kind, tuple(sorted(set(kids)))) if len(set(kids)) > 1 else kids[0]
-        masks[node] = masks[u]
-        smoothed[u] = node
-    all_vars = (1 << b.n_vars) - 1
-    new_roots = [r if (r := smoothed[x]) == FALSE else pad(r, all_vars & ~masks.get(r, 0)) for x in roots]
-    # TRUE root over zero variables cannot happen: n_vars >= 1 so it is padded.
-    return Dag.from_builder(b, new_roots)
-
-
-def _topological(b: CircuitBuilder, roots: list[int]) -> list[int]:
-    """Nodes below ``roots``, children before parents."""
-    seen: set[int] = set()
-    order: list[int] = []
-    for r in roots:
-        stack: list[tuple[int, bool]] = [(r, False)]
-        while stack:
-            u, done = stack.pop()
-            if done:
-                order.append(u)
-                continue
-            if u in seen:
-                continue
-            seen.add(u)
-            stack.append((u, True))
-            if b._kind[u] in (_AND, _OR):
-                stack.extend((c, False) for c in b._payload[u] if c not in seen)
-    return order
-
-
 @dataclass(frozen=True)
 class LayerPlan:
     """How a :class:`Dag` is evaluated, group by group.
@@ -302,7 +106,10 @@ class LayerPlan:
 
 @dataclass(frozen=True)
 class Dag:
-    """A frozen, smooth circuit: CSR arrays over nodes in topological order.
+    """A frozen, smooth, decomposable circuit: CSR arrays over nodes in topological order.
+
+    Construction runs :meth:`validate` (linear time): arrays that are not such a circuit raise
+    :class:`CircuitError`.  Determinism is the maker's part (the builder checks it node by node).
 
     ``kind[i]`` is 0 literal / 1 AND / 2 OR / 3 constant; ``var[i], value[i]``
     hold literals (constants: ``value`` 0 = FALSE, 1 = TRUE);
@@ -319,27 +126,8 @@ class Dag:
     roots: np.ndarray
     _plan: list = field(default_factory=list, repr=False, compare=False)
 
-    @staticmethod
-    def from_builder(b: CircuitBuilder, roots: list[int]) -> "Dag":
-        order = _topological(b, roots)
-        order = [FALSE, TRUE] + [u for u in order if u not in (FALSE, TRUE)]
-        pos = {u: i for i, u in enumerate(order)}
-        kind = np.array([b._kind[u] for u in order], dtype=np.int8)
-        var = np.zeros(len(order), dtype=np.int64)
-        value = np.zeros(len(order), dtype=np.int64)
-        offsets = np.zeros(len(order) + 1, dtype=np.int64)
-        kids: list[int] = []
-        for i, u in enumerate(order):
-            k = b._kind[u]
-            if k == _LIT:
-                var[i], value[i] = b._payload[u]
-            elif k == _CONST:
-                value[i] = b._payload[u][0]
-            else:
-                kids.extend(pos[c] for c in b._payload[u])
-            offsets[i + 1] = len(kids)
-        return Dag(b.n_vars, b.n_values, kind, var, value, offsets,
-                   np.array(kids, dtype=np.int64), np.array([pos[r] for r in roots], dtype=np.int64))
+    def __post_init__(self) -> None:
+        self.validate()  # a Dag is a valid circuit, whoever made its arrays
 
     # -- properties ---------------------------------------------------------------
     @property
@@ -356,35 +144,154 @@ class Dag:
         return bool(self.kind[r] == _CONST and self.value[r] == 0)
 
     def var_masks(self) -> list[int]:
+        """Bitset (a Python int) of the variables below every node (memory ~ nodes x n_vars bits)."""
+        kinds, var = self.kind.tolist(), self.var.tolist()
+        offsets, children = self.offsets.tolist(), self.children.tolist()
         masks = [0] * self.n_nodes
         for i in range(self.n_nodes):
-            k = self.kind[i]
+            k = kinds[i]
             if k == _LIT:
-                masks[i] = 1 << int(self.var[i])
-            elif k in (_AND, _OR):
+                masks[i] = 1 << var[i]
+            elif k != _CONST:
                 m = 0
-                for c in self.children[self.offsets[i]:self.offsets[i + 1]]:
+                for c in children[offsets[i]:offsets[i + 1]]:
                     m |= masks[c]
                 masks[i] = m
         return masks
 
     # -- structural checks --------------------------------------------------------
+    def validate(self) -> None:
+        """Raise :class:`CircuitError` unless the arrays form a valid smooth, decomposable circuit.
+
+        Checks the arrays (shapes, kinds, literal values, ids in range, children before their
+        parents, so no cycle and no self-reference, no child listed twice, roots in range), then
+        smoothness and decomposability in one pass: every variable gets a random 128-bit number
+        and every node the sum over the variables below it counted with multiplicity (AND: the
+        sum of its children's; OR: its children's, which must be equal).  A root must have every
+        variable exactly once; a variable counted twice anywhere below it would show there.  Sums of
+        random numbers stand for the variable multisets (a wrong acceptance has probability
+        below 2^-120), so it takes time and memory linear in the circuit; a failure is then named
+        by the exact checks :meth:`check_decomposable` and :meth:`check_smooth`.  Determinism cannot
+        be checked this way (:meth:`check_deterministic` enumerates small circuits).
+        """
+        self._check_arrays()
+        if ((self.kind[self.roots] == _CONST) & (self.value[self.roots] == 0)).all():
+            return  # every root is FALSE: nothing else is read
+        lits = np.flatnonzero(self.kind == _LIT)
+        if len(lits) < self.n_vars:  # before n_vars random numbers are drawn
+            raise CircuitError(f"n_vars is {self.n_vars:,} but the circuit has {len(lits):,} literal nodes: its roots "
+                               f"cannot mention every variable (roots must be smoothed over all variables)")
+        kinds, value = self.kind.tolist(), self.value.tolist()
+        offsets, children = self.offsets.tolist(), self.children.tolist()
+        rng = random.Random(secrets.randbits(128))  # fresh per check: a crafted file cannot aim at it
+        code = [rng.getrandbits(128) for _ in range(self.n_vars)]
+        bound = self.n_vars << 128  # above it, some variable is counted more than once
+        total: list[int | None] = [0] * self.n_nodes  # None: FALSE (fits anywhere)
+        for i, v in zip(lits.tolist(), self.var[lits].tolist()):
+            total[i] = code[v]
+        for i in range(self.n_nodes):
+            k = kinds[i]
+            if k == _AND:
+                try:
+                    t = sum([total[c] for c in children[offsets[i]:offsets[i + 1]]])
+                except TypeError:  # a FALSE child: the AND is FALSE
+                    t = None
+                if t is not None and t > bound:
+                    self._name_failure(f"AND node {i} is not decomposable: a variable occurs in two of its children")
+                total[i] = t
+            elif k == _OR:
+                sums = {total[c] for c in children[offsets[i]:offsets[i + 1]]}
+                sums.discard(None)  # FALSE children add nothing
+                if len(sums) > 1:
+                    self._name_failure(f"OR node {i} is not smooth (or not decomposable below): its children "
+                                       f"mention different variables")
+                total[i] = sums.pop() if sums else None
+            elif k == _CONST:
+                total[i] = None if value[i] == 0 else 0
+        everything = sum(code)
+        for r in self.roots.tolist():
+            if total[r] is not None and total[r] != everything:
+                self._name_failure(f"root node {r} does not mention every one of the {self.n_vars} variables exactly "
+                                   f"once: roots must be smoothed over all variables")
+
+    def _check_arrays(self) -> None:
+        """Shapes, kinds, literal values and ids of the CSR arrays (vectorised)."""
+        arrays = {"kind": self.kind, "var": self.var, "value": self.value, "offsets": self.offsets,
+                  "children": self.children, "roots": self.roots}
+        for name, a in arrays.items():
+            if not isinstance(a, np.ndarray) or a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+                raise CircuitError(f"{name} must be a 1-D integer array, got "
+                                   f"{getattr(a, 'dtype', type(a).__name__)} of shape {getattr(a, 'shape', '?')}")
+        n = len(self.kind)
+        if len(self.var) != n or len(self.value) != n or len(self.offsets) != n + 1:
+            raise CircuitError(f"kind, var, value have lengths {n}, {len(self.var)}, {len(self.value)} and offsets "
+                               f"{len(self.offsets)}: they must be n_nodes, n_nodes, n_nodes and n_nodes + 1")
+        offsets = self.offsets
+        n_kids = np.diff(offsets)
+        if n == 0 or offsets[0] != 0 or (n_kids < 0).any() or offsets[-1] != len(self.children):
+            raise CircuitError(f"offsets must rise from 0 to len(children) = {len(self.children)} over "
+                               f"{n} nodes (>= 1), got {offsets[:3].tolist()} ... {offsets[-3:].tolist()}")
+        _first_bad(~np.isin(self.kind, (_LIT, _AND, _OR, _CONST)), "node {i} has kind {x} (0 literal, 1 AND, "
+                   "2 OR, 3 constant)", self.kind)
+        leaf = (self.kind == _LIT) | (self.kind == _CONST)
+        _first_bad(leaf & (n_kids > 0), "leaf node {i} has {x} children", n_kids)
+        _first_bad(~leaf & (n_kids == 0), "AND/OR node {i} has no children", n_kids)
+        lit = self.kind == _LIT
+        _first_bad(lit & ((self.var < 0) | (self.var >= self.n_vars)),
+                   f"literal node {{i}} has variable {{x}}, outside 0..{self.n_vars - 1}", self.var)
+        _first_bad(lit & ((self.value < 0) | (self.value >= self.n_values)),
+                   f"literal node {{i}} has value {{x}}, outside 0..{self.n_values - 1}", self.value)
+        _first_bad((self.kind == _CONST) & ((self.value < 0) | (self.value > 1)),
+                   "constant node {i} has value {x} (0 = FALSE, 1 = TRUE)", self.value)
+        parent = np.repeat(np.arange(n), n_kids)
+        kids = self.children
+        edge = np.flatnonzero((kids < 0) | (kids >= parent))
+        if len(edge):
+            i, c = int(parent[edge[0]]), int(kids[edge[0]])
+            why = ("lists itself as a child" if c == i else
+                   f"has child {c}, which is not a node (ids 0..{n - 1})" if not 0 <= c < n else
+                   f"has child {c}, which comes after it: children must come before their parents "
+                   f"(a cycle, or nodes out of order)")
+            raise CircuitError(f"node {i} {why}")
+        order = np.lexsort((kids, parent))
+        twice = np.flatnonzero((np.diff(parent[order]) == 0) & (np.diff(kids[order]) == 0))
+        if len(twice):
+            raise CircuitError(f"node {int(parent[order][twice[0]])} lists child {int(kids[order][twice[0]])} twice")
+        if len(self.roots) == 0:
+            raise CircuitError("a circuit needs at least one root")
+        _first_bad((self.roots < 0) | (self.roots >= n), f"root {{i}} is node {{x}}, which is not a node (ids "
+                   f"0..{n - 1})", self.roots)
+
+    def _name_failure(self, fallback: str) -> None:
+        """Raise the exact check's error (it names the node), else ``fallback``."""
+        self.check_decomposable()
+        self.check_smooth()
+        raise CircuitError(fallback)
+
     def check_smooth(self) -> None:
+        """Raise :class:`CircuitError` unless every OR's children mention the same variables."""
         masks = self.var_masks()
-        for i in np.flatnonzero(self.kind == _OR):
-            kids = self.children[self.offsets[i]:self.offsets[i + 1]]
-            if any(masks[c] != masks[i] for c in kids):
-                raise CircuitError(f"OR node {i} is not smooth: its children mention different variables")
+        kinds, offsets, children = self.kind.tolist(), self.offsets.tolist(), self.children.tolist()
+        false = set(np.flatnonzero((self.kind == _CONST) & (self.value == 0)).tolist())  # FALSE adds nothing
+        for i in range(self.n_nodes):
+            if kinds[i] == _OR:
+                kids = children[offsets[i]:offsets[i + 1]]
+                if any(masks[c] != masks[i] for c in kids if c not in false):
+                    raise CircuitError(f"OR node {i} is not smooth: its children mention different variables")
 
     def check_decomposable(self) -> None:
+        """Raise :class:`CircuitError` unless the children of every AND mention disjoint variables."""
         masks = self.var_masks()
-        for i in np.flatnonzero(self.kind == _AND):
-            seen = 0
-            for c in self.children[self.offsets[i]:self.offsets[i + 1]]:
-                if seen & masks[c]:
-                    shared = _bits(seen & masks[c])
-                    raise CircuitError(f"AND node {i} is not decomposable: variables {shared} appear in two children")
-                seen |= masks[c]
+        kinds, offsets, children = self.kind.tolist(), self.offsets.tolist(), self.children.tolist()
+        for i in range(self.n_nodes):
+            if kinds[i] == _AND:
+                seen = 0
+                for c in children[offsets[i]:offsets[i + 1]]:
+                    if seen & masks[c]:
+                        shared = _bits(seen & masks[c])
+                        raise CircuitError(f"AND node {i} is not decomposable: variables {shared} appear in two "
+                                           f"children")
+                    seen |= masks[c]
 
     def check_deterministic(self, max_assignments: int = 1 << 20) -> None:
         """Exhaustive check that OR children are mutually exclusive (small circuits only)."""
@@ -493,11 +400,70 @@ class Dag:
                 "value": self.value, "offsets": self.offsets, "children": self.children, "roots": self.roots}
 
     @staticmethod
-    def from_arrays(arrays: dict[str, np.ndarray]) -> "Dag":
+    def from_arrays(arrays: dict[str, np.ndarray], *, max_vars: int | None = DEFAULT_MAX_VARS) -> "Dag":
+        """The circuit of :meth:`to_arrays`' arrays, checked by :meth:`validate` (CircuitError if invalid)."""
+        missing = [k for k in ("shape", "kind", "var", "value", "offsets", "children", "roots") if k not in arrays]
+        if missing:
+            raise CircuitError(f"not a saved pseudosl circuit: missing array {missing[0]!r}")
+        shape = np.asarray(arrays["shape"])
+        if shape.shape != (2,) or shape.dtype.kind not in "iu":
+            raise CircuitError(f"shape must hold two integers (n_vars, n_values), got {shape!r}")
+        n_vars, n_values = (int(x) for x in shape)
+        if n_vars < 1 or n_values < 2:
+            raise CircuitError(f"shape says n_vars={n_vars}, n_values={n_values}; need n_vars >= 1, n_values >= 2")
+        check_limit("the circuit's n_vars is", n_vars, max_vars, "max_vars")
+        raw = {k: np.asarray(arrays[k]) for k in ("kind", "var", "value", "offsets", "children", "roots")}
+        for name, a in raw.items():  # before the casts: a float or 2-D array is refused, not truncated
+            if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+                raise CircuitError(f"{name} must be a 1-D integer array, got {a.dtype} of shape {a.shape}")
+        _first_bad((raw["kind"] < 0) | (raw["kind"] > _CONST), "node {i} has kind {x} (0 literal, 1 AND, 2 OR, "
+                   "3 constant)", raw["kind"])
+        return Dag(n_vars, n_values, raw.pop("kind").astype(np.int8), *(a.astype(np.int64) for a in raw.values()))
+
+    def save(self, path: str | Path, *, label: str = "") -> None:
+        """Write the arrays, ``label`` and their SHA-256 checksum to ``path`` (an ``.npz`` file)."""
+        arrays = self.to_arrays()
+        np.savez_compressed(path, **arrays, label=np.array(label), checksum=np.array(_checksum(arrays, label)))
+
+    @staticmethod
+    def load(path: str | Path, *, label: str | None = None, max_vars: int | None = DEFAULT_MAX_VARS) -> "Dag":
+        """Read a circuit written by :meth:`save`; :class:`CircuitFormatError` naming ``path`` when it is
+        unreadable, truncated, fails its checksum, holds another ``label`` (when one is asked for) or
+        is not a valid circuit (:meth:`validate`).  Files without a checksum are only validated."""
         try:
-            n_vars, n_values = (int(x) for x in arrays["shape"])
-            return Dag(n_vars, n_values, np.asarray(arrays["kind"], np.int8), np.asarray(arrays["var"], np.int64),
-                       np.asarray(arrays["value"], np.int64), np.asarray(arrays["offsets"], np.int64),
-                       np.asarray(arrays["children"], np.int64), np.asarray(arrays["roots"], np.int64))
-        except KeyError as e:
-            raise ValueError(f"not a saved pseudosl circuit: missing array {e}") from None
+            with np.load(path, allow_pickle=False) as f:
+                arrays = {k: f[k] for k in f.files}
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+            raise CircuitFormatError(f"{path} is not a saved pseudosl circuit ({type(e).__name__}: {e}); "
+                                     f"save circuits with Circuit.save, or delete the file to rebuild it") from None
+        stored = str(arrays.pop("label", ""))
+        checksum = arrays.pop("checksum", None)
+        if checksum is not None and str(checksum) != _checksum(arrays, stored):
+            raise CircuitFormatError(f"{path} fails its checksum: it was modified or corrupted after it was saved; "
+                                     f"delete it (a cached circuit is then rebuilt)")
+        if label is not None and stored != label:
+            raise CircuitFormatError(f"{path} holds the circuit saved as {stored!r}, not {label!r}")
+        try:
+            return Dag.from_arrays(arrays, max_vars=max_vars)
+        except CircuitError as e:
+            raise CircuitFormatError(f"{path} is not a valid pseudosl circuit: {e}") from None
+        except SizeLimitError as e:
+            raise SizeLimitError(f"{path}: {e}") from None
+
+
+def _checksum(arrays: dict[str, np.ndarray], label: str) -> str:
+    """SHA-256 of ``label`` and the arrays (names, dtypes, shapes and bytes)."""
+    h = hashlib.sha256(b"pseudosl-dag\0" + label.encode() + b"\0")
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape}:".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _first_bad(bad: np.ndarray, message: str, values: np.ndarray) -> None:
+    """Raise :class:`CircuitError` formatting ``message`` with the first index ``i`` where ``bad`` holds."""
+    where = np.flatnonzero(bad)
+    if len(where):
+        i = int(where[0])
+        raise CircuitError(message.format(i=i, x=values[i].item()))

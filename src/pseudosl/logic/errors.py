@@ -1,10 +1,45 @@
-"""Errors raised by the compilation front-ends, and the one integer check they share (no torch)."""
+"""The library's named errors, its size limits and the checks they share (no torch).
+
+Every error is a ``ValueError`` subclass whose message names the argument or file, the
+value and the fix:
+
+* :class:`CircuitError`: a circuit violates a structural property (a non-decomposable AND,
+  an OR whose children can both hold, a cycle, an out-of-range id, ...);
+* :class:`SizeLimitError`: an input would build something larger than a limit the caller
+  can raise (``max_vars``, ``max_nodes``, ``max_edges``), refused before the work;
+* :class:`DimacsFormatError`, :class:`SddFormatError`, :class:`CircuitFormatError`: malformed,
+  truncated or tampered DIMACS, ``.sdd``/``.vtree`` and saved-circuit (``.npz``) files;
+* :class:`UnsatisfiableError`: the constraint has no model.
+"""
 
 from __future__ import annotations
 
 import operator
 
-__all__ = ["DimacsFormatError", "UnsatisfiableError", "as_int", "check_int"]
+__all__ = ["CircuitError", "CircuitFormatError", "DimacsFormatError", "SddFormatError", "SizeLimitError",
+           "UnsatisfiableError", "DEFAULT_MAX_VARS", "DEFAULT_MAX_NODES", "DEFAULT_MAX_EDGES", "as_int", "check_int", "check_limit"]
+
+DEFAULT_MAX_VARS = 100_000
+"""Default ``max_vars`` of the front-ends: a circuit holds two leaves per Boolean variable, and a root
+smoothed over 10^5 variables is already a 10^5-child node; the limit catches typos such as ``Var(10**6)``
+or ``p cnf 2000000000 1`` before they take the machine's memory."""
+
+DEFAULT_MAX_NODES = 20_000_000
+"""Default ``max_nodes``: nodes held by PySDD while compiling, by a :class:`CircuitBuilder`, or the
+states of :func:`~pseudosl.logic.simpath.simple_path_dag` (the unbounded 12 x 12 grid: 9.7M nodes)."""
+
+DEFAULT_MAX_EDGES = 20_000_000
+"""Default ``max_edges`` of the automaton compilers: estimated circuit edges (or DFA table entries),
+each ~100 bytes while building; the limit is about 2 GB."""
+
+
+class CircuitError(ValueError):
+    """A circuit violates a structural property (decomposability, determinism, smoothness, ids)."""
+
+
+class SizeLimitError(ValueError):
+    """An input would build something larger than a limit (``max_vars``, ``max_nodes``, ``max_edges``);
+    the message names the limit and how to raise it."""
 
 
 class UnsatisfiableError(ValueError):
@@ -13,6 +48,14 @@ class UnsatisfiableError(ValueError):
 
 class DimacsFormatError(ValueError):
     """A malformed or truncated DIMACS CNF file; the message names ``file:line``."""
+
+
+class SddFormatError(ValueError):
+    """A malformed, truncated or inconsistent ``.sdd`` / ``.vtree`` file; the message names ``file:line``."""
+
+
+class CircuitFormatError(ValueError):
+    """A saved circuit (``.npz``) that is not one: truncated, tampered, or saved under another cache key."""
 
 
 def as_int(name: str, value: object) -> int:
@@ -31,3 +74,18 @@ def check_int(name: str, value: object, low: int, fix: str = "") -> int:
     if v < low:
         raise ValueError(f"{name} must be >= {low}, got {v}{fix}")
     return v
+
+
+def check_limit(what: str, size: int, limit: int | None, limit_name: str, why: str = "") -> None:
+    """Raise :class:`SizeLimitError` when ``size > limit`` (``limit=None`` is no limit).
+
+    ``what`` names the quantity and where it comes from (``"the DIMACS header of f.cnf declares
+    ... variables"`` reads as ``what = "the DIMACS header of f.cnf declares"``); ``limit_name`` is the
+    keyword that raises the limit; ``why`` says what the size would cost.
+    """
+    if limit is None:
+        return
+    limit = check_int(limit_name, limit, 1, " (or None for no limit)")
+    if size > limit:
+        raise SizeLimitError(f"{what} {size:,}, above {limit_name}={limit:,}{why}; pass {limit_name}= a larger "
+                             f"value (or None) if you mean it")

@@ -1,14 +1,18 @@
 """A small propositional-formula front-end (no torch).
 
-Formulas are immutable trees over 0-based Boolean variables ``Var(i)``
+Formulas are immutable DAGs over 0-based Boolean variables ``Var(i)``
 (position ``i`` of a Boolean circuit, value 1 = true) built with
 
     ``a & b``, ``a | b``, ``~a``, ``a.implies(b)``, ``a.iff(b)``,
     ``And(*fs)``, ``Or(*fs)``, ``Not(f)``, ``implies(a, b)``, ``iff(a, b)``, ``true``, ``false``.
 
 ``And``/``Or`` flatten nested conjunctions/disjunctions, so ``a & b & c`` is one
-3-ary node and long chains do not grow deep.  :func:`pseudosl.compile_formula`
-compiles a formula (or a list of formulas = a multi-rooted circuit) through PySDD.
+3-ary node and long chains do not grow deep.  Nodes are hash-consed: building the same
+formula twice gives the same object, so equality is identity and every operation
+(hashing, :func:`dag_key`, compilation) is linear in the number of distinct subformulas,
+not in the expanded tree (a chain of 40 ``iff`` shares each subformula; as a tree it has
+2^40 leaves).  :func:`pseudosl.compile_formula` compiles a formula (or a list of formulas =
+a multi-rooted circuit) through PySDD.
 
 Example:
     >>> from pseudosl.logic.formula import variables, iff
@@ -16,22 +20,46 @@ Example:
     >>> f = (a | b) & iff(c, ~a)
     >>> f.evaluate((1, 0, 0))
     True
+    >>> f is (a | b) & iff(c, ~a)
+    True
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from abc import ABC, abstractmethod
 from typing import Iterable, Sequence
 
 from .errors import check_int
 
-__all__ = ["Formula", "Var", "Const", "And", "Or", "Not", "implies", "iff", "true", "false", "variables"]
+__all__ = ["Formula", "Var", "Const", "And", "Or", "Not", "implies", "iff", "true", "false", "variables",
+           "dag_key"]
+
+_NODES: "weakref.WeakValueDictionary[tuple, Formula]" = weakref.WeakValueDictionary()
+_REPR_LIMIT = 2000
+_LOCK = threading.Lock()
+
+
+def _interned(cls: type, key: tuple, fields: dict[str, object]) -> "Formula":
+    """The one live node with ``key`` (children by identity), created with ``fields`` if none exists."""
+    with _LOCK:
+        node = _NODES.get(key)
+        if node is None:
+            node = object.__new__(cls)
+            for name, value in fields.items():
+                object.__setattr__(node, name, value)
+            _NODES[key] = node
+        return node
 
 
 class Formula(ABC):
-    """Base class of formula nodes: supports ``&``, ``|``, ``~``, ``implies``, ``iff``."""
+    """Base class of formula nodes: supports ``&``, ``|``, ``~``, ``implies``, ``iff``.
 
-    __slots__ = ("_hash",)
+    Nodes are unique (hash-consed), so ``==`` and ``hash`` are those of the object.
+    """
+
+    __slots__ = ("__weakref__",)
 
     # -- connectives ------------------------------------------------------------------------
     def __and__(self, other: "Formula") -> "Formula":
@@ -63,31 +91,37 @@ class Formula(ABC):
                         "(not the Python keywords and/or/not), or call .evaluate(assignment)")
 
     # -- structure ----------------------------------------------------------------------------
-    @abstractmethod
     def key(self) -> tuple:
-        """A canonical nested-tuple form (used for equality, hashing and the compile cache)."""
+        """A canonical form, linear in the number of distinct subformulas: :func:`dag_key` of ``[self]``."""
+        return dag_key([self])
 
     @abstractmethod
     def max_var(self) -> int:
         """Largest variable index mentioned, ``-1`` if none."""
 
-    @abstractmethod
     def evaluate(self, assignment: Sequence[int]) -> bool:
-        """Truth value under ``assignment[i]`` in {0, 1} (or bool) for ``Var(i)``."""
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Formula) and hash(self) == hash(other) and self.key() == other.key()
-
-    def __hash__(self) -> int:
-        try:
-            return self._hash
-        except AttributeError:
-            h = hash(self.key())
-            object.__setattr__(self, "_hash", h)
-            return h
+        """Truth value under ``assignment[i]`` in {0, 1} (or bool) for ``Var(i)`` (each subformula once)."""
+        value: dict[Formula, bool] = {}
+        for f in _post_order([self]):
+            if isinstance(f, Var):
+                value[f] = bool(assignment[f.index])
+            elif isinstance(f, Const):
+                value[f] = f.value
+            elif f.op == "not":
+                value[f] = not value[f.args[0]]
+            else:
+                vals = (value[a] for a in f.args)
+                value[f] = all(vals) if f.op == "and" else any(vals)
+        return value[self]
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("formulas are immutable")
+
+    def __copy__(self) -> "Formula":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "Formula":
+        return self
 
 
 class Var(Formula):
@@ -95,18 +129,15 @@ class Var(Formula):
 
     __slots__ = ("index",)
 
-    def __init__(self, index: int) -> None:
+    def __new__(cls, index: int) -> "Var":
         i = check_int("Var index", index, 0, " (variables are 0-based)")
-        object.__setattr__(self, "index", i)
-
-    def key(self) -> tuple:
-        return ("var", self.index)
+        return _interned(cls, ("var", i), {"index": i})
 
     def max_var(self) -> int:
         return self.index
 
-    def evaluate(self, assignment: Sequence[int]) -> bool:
-        return bool(assignment[self.index])
+    def __reduce__(self):
+        return (Var, (self.index,))
 
     def __repr__(self) -> str:
         return f"Var({self.index})"
@@ -117,17 +148,15 @@ class Const(Formula):
 
     __slots__ = ("value",)
 
-    def __init__(self, value: bool) -> None:
-        object.__setattr__(self, "value", bool(value))
-
-    def key(self) -> tuple:
-        return ("const", int(self.value))
+    def __new__(cls, value: bool) -> "Const":
+        v = bool(value)
+        return _interned(cls, ("const", v), {"value": v})
 
     def max_var(self) -> int:
         return -1
 
-    def evaluate(self, assignment: Sequence[int]) -> bool:
-        return self.value
+    def __reduce__(self):
+        return (Const, (self.value,))
 
     def __repr__(self) -> str:
         return "true" if self.value else "false"
@@ -140,32 +169,80 @@ false = Const(False)
 class _Op(Formula):
     """An n-ary connective node: ``op`` in {"and", "or", "not"}."""
 
-    __slots__ = ("op", "args", "_max", "_key")
+    __slots__ = ("op", "args", "_max")
 
-    def __init__(self, op: str, args: tuple[Formula, ...]) -> None:
-        object.__setattr__(self, "op", op)
-        object.__setattr__(self, "args", args)
-        object.__setattr__(self, "_max", max((a.max_var() for a in args), default=-1))
-        object.__setattr__(self, "_key", (op, tuple(a.key() for a in args)))  # children's keys are cached too
-
-    def key(self) -> tuple:
-        return self._key
+    def __new__(cls, op: str, args: tuple[Formula, ...]) -> "_Op":
+        args = tuple(args)
+        return _interned(cls, (op, *map(id, args)),  # children are unique nodes: their ids name them
+                         {"op": op, "args": args, "_max": max((a.max_var() for a in args), default=-1)})
 
     def max_var(self) -> int:
         return self._max
 
-    def evaluate(self, assignment: Sequence[int]) -> bool:
-        if self.op == "not":
-            return not self.args[0].evaluate(assignment)
-        if self.op == "and":
-            return all(a.evaluate(assignment) for a in self.args)
-        return any(a.evaluate(assignment) for a in self.args)
+    def __reduce__(self):
+        return (_Op, (self.op, self.args))
 
     def __repr__(self) -> str:
-        if self.op == "not":
-            return f"~{self.args[0]!r}"
-        sep = " & " if self.op == "and" else " | "
-        return "(" + sep.join(repr(a) for a in self.args) + ")"
+        """The expanded formula, cut after ``_REPR_LIMIT`` characters (a DAG can be exponentially long)."""
+        out: list[str] = []
+        size = 0
+        stack: list[Formula | str] = [self]
+        while stack and size <= _REPR_LIMIT:
+            item = stack.pop()
+            if isinstance(item, _Op) and item.op == "not":
+                stack.append(item.args[0])
+                item = "~"
+            elif isinstance(item, _Op):
+                sep = " & " if item.op == "and" else " | "
+                stack.append(")")
+                for i, a in enumerate(reversed(item.args)):  # popped as: a0, sep, a1, ..., ")"
+                    stack.extend([sep, a] if i else [a])
+                item = "("
+            piece = item if isinstance(item, str) else repr(item)
+            out.append(piece)
+            size += len(piece)
+        return "".join(out) + (" ..." if stack else "")
+
+
+def dag_key(formulas: Sequence[Formula]) -> tuple:
+    """A canonical form of ``formulas`` (shared subformulas listed once), for the compile cache.
+
+    The distinct subformulas in post-order, each ``("var", i)``, ``("const", 0 | 1)`` or
+    ``(op, *positions of its arguments)``, then ``("roots", *positions)``: two lists of formulas have
+    equal keys iff they are the same formulas.  Linear in the number of distinct subformulas.
+    """
+    position: dict[Formula, int] = {}
+    nodes: list[tuple] = []
+    for f in _post_order(formulas):
+        position[f] = len(nodes)
+        if isinstance(f, Var):
+            nodes.append(("var", f.index))
+        elif isinstance(f, Const):
+            nodes.append(("const", int(f.value)))
+        else:
+            nodes.append((f.op, *(position[a] for a in f.args)))
+    nodes.append(("roots", *(position[f] for f in formulas)))
+    return tuple(nodes)
+
+
+def _post_order(roots: Iterable[Formula]) -> list[Formula]:
+    """The distinct subformulas below ``roots``, arguments before the formulas using them (iterative)."""
+    seen: set[Formula] = set()
+    order: list[Formula] = []
+    for root in roots:
+        stack: list[tuple[Formula, bool]] = [(root, False)]
+        while stack:
+            f, done = stack.pop()
+            if done:
+                order.append(f)
+                continue
+            if f in seen:
+                continue
+            seen.add(f)
+            stack.append((f, True))
+            if isinstance(f, _Op):
+                stack.extend((a, False) for a in reversed(f.args) if a not in seen)
+    return order
 
 
 def Not(f: Formula) -> Formula:

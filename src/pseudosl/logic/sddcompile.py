@@ -5,7 +5,9 @@ Every formula is compiled bottom-up with the SDD ``apply`` operations (``conjoin
 ``n_vars`` variables (SDD variable ``i + 1`` = circuit position ``i``).  With
 ``minimize=True`` the manager's automatic garbage collection and dynamic vtree
 minimization are on; every SDD node we keep is referenced (``ref``) so it survives
-them, and intermediate folds are dereferenced as soon as they are replaced.
+them, and intermediate folds are dereferenced as soon as they are replaced.  The manager's node
+count is checked after every operation: above ``max_nodes`` the compilation stops with a
+:class:`~pseudosl.logic.errors.SizeLimitError` instead of taking the machine's memory.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .dag import Dag
+from .errors import DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, check_int, check_limit
 from .formula import Const, Formula, Var, _Op
 from .sdd import dag_from_pysdd
 
@@ -22,7 +25,8 @@ VTREE_TYPES = ("balanced", "right", "left", "vertical")
 
 
 def compile_with_pysdd(formulas: Sequence[Formula], n_vars: int, *, vtree: str = "balanced",
-                       minimize: bool = True) -> Dag:
+                       minimize: bool = True, max_vars: int | None = DEFAULT_MAX_VARS,
+                       max_nodes: int | None = DEFAULT_MAX_NODES) -> Dag:
     """Compile ``formulas`` (one root each) into a smooth, deterministic, decomposable :class:`Dag`.
 
     Args:
@@ -30,13 +34,19 @@ def compile_with_pysdd(formulas: Sequence[Formula], n_vars: int, *, vtree: str =
         n_vars: number of Boolean variables of the circuit (``>= 1``).
         vtree: initial vtree shape: ``"balanced"`` (default), ``"right"``, ``"left"`` or ``"vertical"``.
         minimize: enable PySDD's automatic vtree minimization while compiling.
+        max_vars: refuse more variables (``None``: no limit).
+        max_nodes: stop when PySDD holds more SDD nodes than this (``None``: no limit).
+
+    Raises:
+        SizeLimitError: above ``max_vars`` (before any work) or ``max_nodes`` (while compiling).
     """
     from pysdd.sdd import SddManager, Vtree
 
     if vtree not in VTREE_TYPES:
         raise ValueError(f"vtree must be one of {VTREE_TYPES}, got {vtree!r}")
-    if isinstance(n_vars, bool) or not isinstance(n_vars, int) or n_vars < 1:
-        raise ValueError(f"n_vars must be a positive int, got {n_vars!r}")
+    n_vars = check_int("n_vars", n_vars, 1)
+    check_limit("n_vars is", n_vars, max_vars, "max_vars",
+                " (PySDD allocates a vtree and two literals per variable, the circuit two leaves)")
     if not formulas:
         raise ValueError("need at least one formula to compile")
     for f in formulas:
@@ -60,12 +70,12 @@ def compile_with_pysdd(formulas: Sequence[Formula], n_vars: int, *, vtree: str =
                 if todo:
                     stack.extend(todo)
                     continue
-            memo[f] = _apply(mgr, f, memo)
+            memo[f] = _apply(mgr, f, memo, max_nodes)
             stack.pop()
-    return dag_from_pysdd([memo[f] for f in formulas], n_vars=n_vars)
+    return dag_from_pysdd([memo[f] for f in formulas], n_vars=n_vars, max_vars=max_vars)
 
 
-def _apply(mgr, f: Formula, memo: dict) -> object:
+def _apply(mgr, f: Formula, memo: dict, max_nodes: int | None) -> object:
     """SDD of ``f`` given SDDs of its children in ``memo``; the result is referenced."""
     if isinstance(f, Var):
         node = mgr.literal(f.index + 1)
@@ -82,6 +92,14 @@ def _apply(mgr, f: Formula, memo: dict) -> object:
             if i > 0:  # node is our own intermediate fold, not a memoised child
                 node.deref()
             node = nxt
+            _check_size(mgr, max_nodes)
         return node  # already referenced by the fold
     node.ref()
+    _check_size(mgr, max_nodes)
     return node
+
+
+def _check_size(mgr, max_nodes: int | None) -> None:
+    if max_nodes is not None and mgr.count() > max_nodes:
+        check_limit("compiling through PySDD: the SDD manager holds nodes numbering", mgr.count(), max_nodes,
+                    "max_nodes", " (each takes ~100 bytes in PySDD, and the circuit made from them more)")

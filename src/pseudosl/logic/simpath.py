@@ -46,7 +46,7 @@ from typing import Sequence
 import numpy as np
 
 from .dag import Dag
-from .errors import UnsatisfiableError, check_int
+from .errors import DEFAULT_MAX_NODES, UnsatisfiableError, check_int, check_limit
 
 __all__ = ["grid_edges", "is_simple_path", "normalized_bound", "simple_path_dag", "Edge"]
 
@@ -283,7 +283,8 @@ def _order_bound(d: np.ndarray, x: np.ndarray, y: np.ndarray, frontier: np.ndarr
     return best
 
 
-def simple_path_dag(rows: int, cols: int, max_edges: int | None = None, *, progress: bool = False) -> Dag:
+def simple_path_dag(rows: int, cols: int, max_edges: int | None = None, *, progress: bool = False,
+                    max_nodes: int | None = DEFAULT_MAX_NODES) -> Dag:
     """The circuit over :func:`grid_edges` whose models are the simple paths (0,0) -> (rows-1, cols-1).
 
     Args:
@@ -291,17 +292,22 @@ def simple_path_dag(rows: int, cols: int, max_edges: int | None = None, *, progr
         max_edges: keep only paths of at most this many edges (``None``: no bound); see
             :func:`normalized_bound`.
         progress: show a tqdm bar over the edges.
+        max_nodes: stop with a :class:`~pseudosl.logic.errors.SizeLimitError` when the frontier
+            states (one decision node each) exceed this (``None``: no limit).
 
     Raises:
         UnsatisfiableError: ``max_edges`` is below the shortest path, ``rows + cols - 2``.
+        SizeLimitError: above ``max_nodes`` states (about as many as the circuit has nodes: 9.7M for the
+            unbounded 12 x 12 grid, 15.7M with max_edges=44).
     """
     rows, cols = _check_grid(rows, cols)
     bound = normalized_bound(rows, cols, max_edges)
-    hi, lo = _explore(rows, cols, bound, progress)
-    return _to_dag(len(hi), *_reduce(hi, lo))
+    hi, lo = _explore(rows, cols, bound, progress, max_nodes)
+    return _to_dag(len(hi), *_reduce(hi, lo))  # Dag() validates it
 
 
-def _explore(rows: int, cols: int, bound: int | None, progress: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _explore(rows: int, cols: int, bound: int | None, progress: bool,
+             max_nodes: int | None) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Forward pass: per level ``i``, the child indices at level ``i+1`` of every reachable state (-1: FALSE).
 
     A state is ``(mates, used)``.  The mate transition does not depend on ``used``, so it is
@@ -318,6 +324,7 @@ def _explore(rows: int, cols: int, bound: int | None, progress: bool) -> tuple[l
     state_used = np.zeros(1, dtype=np.int64)
     his: list[np.ndarray] = []
     los: list[np.ndarray] = []
+    n_states = 0
     bar = tqdm(range(len(lv.edges)), desc=f"simple_path {rows}x{cols} (max_edges={bound})", disable=not progress)
     for i in bar:
         if not len(state_used):
@@ -352,6 +359,9 @@ def _explore(rows: int, cols: int, bound: int | None, progress: bool) -> tuple[l
         state_used = uniq % (cap + 1)
         mates = [nxt[k] for k in kept]
         bar.set_postfix(states=len(uniq), mates=len(mates))
+        n_states += len(uniq)
+        check_limit(f"simple_path {rows}x{cols} (max_edges={bound}): after edge {i + 1} of {len(lv.edges)}, the "
+                    f"frontier states number", n_states, max_nodes, "max_nodes")
     if not len(state_used) or len(his) < len(lv.edges):
         raise UnsatisfiableError(f"no simple path from (0, 0) to ({rows - 1}, {cols - 1}) within max_edges={bound}")
     assert mates == [_DONE] and len(state_used) == 1

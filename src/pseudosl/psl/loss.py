@@ -120,8 +120,9 @@ def pseudo_semantic_loss(engine: Engine, circuit: Circuit | Constraint, sample: 
 
     Example:
         >>> import torch, pseudosl
-        >>> b = pseudosl.CircuitBuilder(3, 2)
-        >>> circuit = pseudosl.Circuit(b.build(b.or_(*(b.literal(v, 1) for v in range(3)))))  # some y_v = 1
+        >>> b = pseudosl.CircuitBuilder(3, 2)        # y_0 = 1 or y_1 = 1, as a decision on y_0
+        >>> root = b.or_(b.literal(0, 1), b.and_(b.literal(0, 0), b.literal(1, 1)))
+        >>> circuit = pseudosl.Circuit(b.build(root))
         >>> dec = pseudosl.RecurrentDecoder(n_values=2, length=3, hidden_size=8)
         >>> y = dec.sample(batch_size=4)
         >>> loss = pseudosl.pseudo_semantic_loss(pseudosl.as_engine(dec), circuit, y)
