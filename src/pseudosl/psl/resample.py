@@ -30,8 +30,9 @@ their conjunction (for a Sudoku: per puzzle, conditioned on its givens).
 
 Example:
     >>> import torch, pseudosl
-    >>> b = pseudosl.CircuitBuilder(4, 3)
-    >>> circuit = pseudosl.Circuit(b.build(b.or_(*(b.literal(v, 2) for v in range(4)))))  # some y_v = 2
+    >>> from pseudosl.logic.categorical import any_of
+    >>> y = pseudosl.positions(4, 3)
+    >>> circuit = pseudosl.compile_categorical(any_of(y[v] == 2 for v in range(4)))  # some y_v = 2
     >>> dec = pseudosl.RecurrentDecoder(n_values=3, length=4, hidden_size=8)
     >>> y, diag = pseudosl.constrained_sample(pseudosl.as_engine(dec), circuit, batch_size=5, num_candidates=10,
     ...                                       return_diagnostics=True)
