@@ -79,3 +79,26 @@ def assignment_index(values: Tensor, k: int) -> Tensor:
     """Position in :func:`assignments` of each assignment ``(..., n)`` (the last variable varies fastest)."""
     n = values.shape[-1]
     return (values * torch.tensor([k ** (n - 1 - v) for v in range(n)], device=values.device)).sum(-1)
+
+
+def resampling_output(q: Tensor, log_p: Tensor, k: int) -> Tensor:
+    """``(A,)`` the exact output distribution of sampling importance resampling over assignments ``A``.
+
+    ``K = k`` candidates are drawn independently from ``q`` ``(A,)`` (0 off its support), weighted by
+    ``w = p / q`` (``log_p`` ``(A,)``, unnormalised) and one is returned with probability ``w_j / sum_l w_l``:
+
+        P(out = z) = K q(z) w(z) E[1 / (w(z) + S)],   S = the sum of the weights of K - 1 other draws,
+
+    with the expectation enumerated over every ``(K - 1)``-tuple of the support (``|support|^(K-1)`` terms).
+    """
+    support = q > 0
+    qs = q[support]
+    ws = (log_p[support] - qs.log()).exp()
+    ws = ws / ws.max()  # the output is invariant to the weights' scale
+    sums, probs = ws.new_zeros(1), ws.new_ones(1)
+    for _ in range(k - 1):
+        sums = (sums[:, None] + ws[None, :]).flatten()
+        probs = (probs[:, None] * qs[None, :]).flatten()
+    out = torch.zeros_like(q)
+    out[support] = k * qs * ws * (probs[None, :] / (ws[:, None] + sums[None, :])).sum(1)
+    return out

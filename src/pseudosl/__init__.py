@@ -1,7 +1,9 @@
 """pseudosl: semantic and pseudo-semantic losses for neural networks with logical constraints.
 
 The public API is :data:`__all__`: the compile front-ends and :class:`Circuit`, the losses, the engines
-(:func:`as_engine` makes one from a user's model), :class:`Constraint` and the fidelity study.
+(:func:`as_engine` makes one from a user's model), :class:`Constraint`, the fidelity study and constrained
+generation (:func:`constrained_sample`; :class:`ConstraintLogitsProcessor`, which imports ``transformers`` when
+first used).
 Everything else stays reachable in its submodule: :mod:`pseudosl.logic` (formulas, DAGs, errors),
 :mod:`pseudosl.losses` (``product_log_prob``, ``constraint_entropy``), :mod:`pseudosl.cache`,
 :mod:`pseudosl.psl` (``exact_mode``, ``local_conditionals``, ``LogJointEngine``, ``RecurrentSteps`` ...).
@@ -17,7 +19,7 @@ from .logic.builder import CircuitBuilder
 from .logic.formula import variables
 from .losses import constraint_log_prob, semantic_loss
 from .psl import (CausalLMEngine, Constraint, Engine, RecurrentDecoder, RecurrentEngine, ValueMap, as_engine,
-                  local_fidelity, no_forbidden_sequences, pseudo_semantic_loss, sample_satisfies)
+                  constrained_sample, local_fidelity, no_forbidden_sequences, pseudo_semantic_loss, sample_satisfies)
 
 __all__ = [
     # constraints -> circuits
@@ -48,5 +50,15 @@ __all__ = [
     "as_engine",
     # how faithful the local approximation is
     "local_fidelity",
-    # constrained generation (issue 17) joins here
+    # constrained generation: outputs that satisfy the constraint
+    "ConstraintLogitsProcessor",
+    "constrained_sample",
 ]
+
+
+def __getattr__(name: str):
+    """``ConstraintLogitsProcessor`` imports ``transformers`` (the ``[lm]`` extra): loaded on first use only."""
+    if name == "ConstraintLogitsProcessor":
+        from .psl import logits_process
+        return logits_process.ConstraintLogitsProcessor
+    raise AttributeError(f"module 'pseudosl' has no attribute {name!r}")

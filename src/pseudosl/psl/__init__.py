@@ -10,7 +10,10 @@
 * :mod:`.neighbours`  -- the generic local conditionals (the reference every engine is tested against),
 * :mod:`.loss`        -- :func:`pseudo_semantic_loss` and its diagnostics,
 * :mod:`.sampling`    -- drawing values from logits,
-* :mod:`.fidelity`    -- :func:`local_fidelity`: entropies and KL of the local approximation against the model.
+* :mod:`.fidelity`    -- :func:`local_fidelity`: entropies and KL of the local approximation against the model,
+* :mod:`.resample`    -- :func:`constrained_sample`: outputs that satisfy the constraint (locally constrained resampling),
+* :mod:`.logits_process` -- :class:`ConstraintLogitsProcessor`: decoding-time masks for Hugging Face ``generate``
+  (imports ``transformers``: loaded on first use).
 """
 
 from .adapt import as_engine
@@ -22,11 +25,13 @@ from .fidelity import Fidelity, SamplerRequiredError, local_fidelity
 from .loss import PSLDiagnostics, pseudo_semantic_loss
 from .neighbours import local_conditionals, neighbours
 from .recurrent import EmbeddingSteps, RecurrentEngine, RecurrentSteps
+from .resample import ResampleDiagnostics, UnsatisfiableError, constrained_sample
 from .sampling import sample_autoregressive, sample_from_logits
 
 __all__ = [
     "CausalLMEngine",
     "Constraint",
+    "ConstraintLogitsProcessor",
     "EmbeddingSteps",
     "Engine",
     "Fidelity",
@@ -35,9 +40,12 @@ __all__ = [
     "RecurrentDecoder",
     "RecurrentEngine",
     "RecurrentSteps",
+    "ResampleDiagnostics",
     "SamplerRequiredError",
+    "UnsatisfiableError",
     "ValueMap",
     "as_engine",
+    "constrained_sample",
     "exact_mode",
     "local_conditionals",
     "local_fidelity",
@@ -48,3 +56,11 @@ __all__ = [
     "sample_from_logits",
     "sample_satisfies",
 ]
+
+
+def __getattr__(name: str):
+    """``ConstraintLogitsProcessor`` imports ``transformers`` (the ``[lm]`` extra): loaded on first use only."""
+    if name == "ConstraintLogitsProcessor":
+        from .logits_process import ConstraintLogitsProcessor
+        return ConstraintLogitsProcessor
+    raise AttributeError(f"module 'pseudosl.psl' has no attribute {name!r}")

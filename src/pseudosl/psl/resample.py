@@ -1,0 +1,299 @@
+"""Outputs that satisfy the constraint: locally constrained resampling (Ahmed, Chang, Van den Broeck, ICLR 2025).
+
+For an autoregressive model ``p(y | x)`` the distribution ``p(y | x, alpha)`` is intractable.  Around an
+anchor ``y ~ p`` the local distribution ``p~_y(y~) = prod_i p(y~_i | y_-i, x)`` is fully factorized, so the
+compiled circuit conditions it on ``alpha`` exactly.  :func:`constrained_sample` uses it as a proposal:
+
+1. anchor ``y ~ p(. | x)`` (``engine.sample``), or a given one;
+2. ``q(y~) = p~_y(y~ | alpha AND allowed)`` from the engine's local conditionals and the circuit;
+3. ``K`` candidates ``y~_1 .. y~_K ~ q``, drawn exactly (:meth:`pseudosl.Circuit.sample`);
+4. self-normalised importance weights ``w_j = p(y~_j | x) / q(y~_j)`` (``engine.log_prob``);
+5. one output per example, ``y~_J`` with ``P(J = j) = w_j / sum_l w_l``.
+
+Every output satisfies ``alpha`` (and ``allowed``); as ``K`` grows the output's distribution tends to
+``p(. | x, alpha AND allowed)`` (sampling importance resampling; ``K = 1`` returns the proposal's draw).
+``mode="mpe"`` returns ``argmax q`` instead (:meth:`pseudosl.Circuit.mpe`), one deterministic output per anchor.
+``p`` is the model as ``engine.log_prob`` scores it.
+
+Folded vocabularies (an engine with a :class:`~pseudosl.ValueMap`).  The circuit reads ``D + 1`` values, the last
+a class of tokens ("any other token"), which does not name a token.  Each candidate's catch-all positions get
+a concrete token drawn from the model's next-token distribution after the anchor's prefix, restricted to the
+class: ``r_i(t) = p(t | x, y_<i) / p(class | x, y_<i)`` (one ``engine.step_log_probs`` pass over the anchors).
+The proposal over token sequences is then ``q(y~) = p~_y(v(y~) | alpha) * prod_{i: catch-all} r_i(y~_i)``, known
+exactly, so the weights ``p(y~) / q(y~)`` stay exact and the output still tends to ``p(. | alpha)``; every token of the
+class gives the same circuit value, so every candidate satisfies ``alpha``.  ``mode="mpe"`` returns ``argmax q``
+over token sequences the same way (the catch-all value weighted by ``max_t r_i(t)``, filled with that token).
+
+Several roots.  The output must satisfy one constraint, which the circuit samples from: a multi-rooted
+circuit needs ``root=r`` (the output then satisfies root ``r`` only); for several constraints at once compile
+their conjunction (for a Sudoku: per puzzle, conditioned on its givens).
+
+Example:
+    >>> import torch, pseudosl
+    >>> from pseudosl.logic.categorical import any_of
+    >>> y = pseudosl.positions(4, 3)
+    >>> circuit = pseudosl.compile_categorical(any_of(y[v] == 2 for v in range(4)))  # some y_v = 2
+    >>> dec = pseudosl.RecurrentDecoder(n_values=3, length=4, hidden_size=8)
+    >>> y, diag = pseudosl.constrained_sample(pseudosl.as_engine(dec), circuit, batch_size=5, num_candidates=10,
+    ...                                       return_diagnostics=True)
+    >>> bool(pseudosl.sample_satisfies(circuit, y).all()), tuple(diag.candidates.shape)
+    (True, (5, 10, 4))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from ..circuit import Circuit
+from .constraint import Constraint
+from .engine import Engine
+from .neighbours import check_sample
+from .sampling import check_count, sample_from_logits
+
+__all__ = ["constrained_sample", "ResampleDiagnostics", "UnsatisfiableError"]
+
+Mode = Literal["resample", "mpe"]
+DEFAULT_CANDIDATES = 16
+
+
+class UnsatisfiableError(ValueError):
+    """The constraint (with ``allowed``) has no model for some examples, or the model gives all of them probability 0."""
+
+
+@dataclass(frozen=True)
+class ResampleDiagnostics:
+    """What :func:`constrained_sample` did, per example (all detached).
+
+    Attributes:
+        anchor: ``(B, n)`` the anchors ``y`` (the model's values).
+        candidates: ``(B, K, n)`` the candidates ``y~`` (the model's values; ``K = 1`` in ``mode="mpe"``).
+        log_p: ``(B, K)`` ``log p(y~ | x)`` under the model.
+        log_q: ``(B, K)`` ``log q(y~)``, the proposal ``p~_y(. | alpha AND allowed)`` (times the concrete-token
+            factor of a folded vocabulary).
+        chosen: ``(B,)`` long, the candidate returned.
+        ess: ``(B,)`` effective sample size of the self-normalised weights, ``(sum w)^2 / sum w^2`` in ``[1, K]``
+            (``K``: all weights equal, the proposal is the target up to a constant; 1: one candidate takes all);
+            1 in ``mode="mpe"``.
+        log_p_constraint: ``(B,)`` ``log p~_y(alpha AND allowed)``, the local distribution's mass on the constraint.
+    """
+
+    anchor: Tensor
+    candidates: Tensor
+    log_p: Tensor
+    log_q: Tensor
+    chosen: Tensor
+    ess: Tensor
+    log_p_constraint: Tensor
+
+    @property
+    def log_weights(self) -> Tensor:
+        """``(B, K)`` unnormalised log importance weights ``log p(y~) - log q(y~)``."""
+        return self.log_p - self.log_q
+
+
+def effective_sample_size(log_weights: Tensor) -> Tensor:
+    """``(B,)`` ``(sum_j w_j)^2 / sum_j w_j^2`` of ``(B, K)`` log-weights (computed in log space)."""
+    return (2 * log_weights.logsumexp(-1) - (2 * log_weights).logsumexp(-1)).exp()
+
+
+def _check(engine: Engine, constraint: Circuit | Constraint, mode: str, num_candidates: int | None,
+           root: int | None) -> tuple[Circuit, int]:
+    """The circuit and the number of candidates, or a named error, before the model runs."""
+    if not isinstance(engine, Engine):
+        raise TypeError(f"engine must be a pseudosl engine, got {type(engine).__name__}; make one with "
+                        "pseudosl.as_engine(model, ...)")
+    if isinstance(constraint, Constraint):
+        if constraint.value_map != engine.value_map:
+            raise ValueError(f"the constraint folds tokens with {constraint.value_map} but the engine with "
+                             f"{engine.value_map}; build the engine with value_map=constraint.value_map")
+        circuit = constraint.circuit
+    elif isinstance(constraint, Circuit):
+        circuit = constraint
+    else:
+        raise TypeError(f"circuit must be a pseudosl.Circuit or a pseudosl.Constraint, got {type(constraint).__name__}")
+    if engine.n_values != circuit.n_values:
+        raise ValueError(f"the model has {engine.n_values} values per position but the circuit has "
+                         f"{circuit.n_values}; compile the constraint over the model's values (or fold them with a ValueMap)")
+    if circuit.n_roots > 1 and root is None:
+        raise ValueError(f"this circuit has {circuit.n_roots} roots and an output can be drawn for one constraint: "
+                         f"pass root=r (0 <= r < {circuit.n_roots}; the output satisfies that root only), or compile "
+                         "the conjunction of the constraints into one root (for a Sudoku: per puzzle, given its givens)")
+    if root is not None and (isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < circuit.n_roots):
+        raise ValueError(f"root must be an int in 0..{circuit.n_roots - 1} (a root of the circuit), got {root!r}")
+    if mode not in ("resample", "mpe"):
+        raise ValueError(f"mode must be 'resample' or 'mpe', got {mode!r}")
+    if mode == "mpe":
+        if num_candidates is not None:
+            raise ValueError(f"num_candidates={num_candidates!r} applies to mode='resample'; mode='mpe' returns the "
+                             "single most probable assignment of the proposal")
+        return circuit, 1
+    k = DEFAULT_CANDIDATES if num_candidates is None else check_count("num_candidates", num_candidates, 1)
+    return circuit, k
+
+
+def _check_allowed(allowed: Tensor | None, circuit: Circuit) -> None:
+    if allowed is None:
+        return
+    if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool:
+        raise TypeError(f"allowed must be a bool tensor (B, n, k), got {getattr(allowed, 'dtype', type(allowed).__name__)}")
+    if allowed.dim() != 3 or allowed.shape[1:] != (circuit.n_vars, circuit.n_values):
+        raise ValueError(f"allowed must have shape (B, {circuit.n_vars}, {circuit.n_values}) (the circuit's positions "
+                         f"and values), got {tuple(allowed.shape)}")
+
+
+def _check_satisfiable(circuit: Circuit, allowed: Tensor | None, root: int | None) -> None:
+    """Refuse, before the model runs, examples whose ``alpha AND allowed`` has no model (``log P = -inf`` under
+    the uniform distribution)."""
+    rows = 1 if allowed is None else allowed.shape[0]
+    with torch.no_grad():
+        lp = circuit.log_prob(torch.zeros(rows, circuit.n_vars, circuit.n_values, device=circuit.root_rows.device),
+                              None if allowed is None else allowed.to(circuit.root_rows.device))
+    lp = lp[:, root or 0] if lp.dim() == 2 else lp
+    bad = torch.isneginf(lp).nonzero().flatten().tolist()
+    if bad:
+        where = "the constraint" if allowed is None else f"the constraint and allowed for examples {bad[:10]}"
+        raise UnsatisfiableError(f"{where} have no satisfying assignment: there is nothing to sample (check the "
+                                 "constraint and the unit constraints in allowed)")
+
+
+def _class_log_probs(engine: Engine, anchor: Tensor) -> Tensor:
+    """``(B, n, V)`` ``log r_i(t)``: the model's next token after the anchor's prefix ``y_<i``, restricted to the
+    catch-all class of the engine's value map (``-inf`` outside it)."""
+    vm = engine.value_map
+    lookup = vm.on(anchor.device)[1]
+    logp = engine.step_log_probs(anchor, engine.example_ids(anchor.shape[0], anchor.device)).detach()
+    return logp.masked_fill(lookup != vm.other, float("-inf")).log_softmax(-1)
+
+
+def _concrete_tokens(engine: Engine, anchor: Tensor, values: Tensor,
+                     generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """Folded candidates ``values (B, K, n)`` -> token ids, and ``log prod_i r_i(token_i)`` ``(B, K)`` over their
+    catch-all positions, each of which gets a token drawn from ``r_i`` (module docs)."""
+    vm = engine.value_map
+    tokens = vm.on(anchor.device)[0]
+    b, k, n = values.shape
+    r = _class_log_probs(engine, anchor)  # (B, n, V)
+    drawn = torch.multinomial(r.exp().reshape(b * n, -1), k, replacement=True, generator=generator)
+    drawn = drawn.view(b, n, k).transpose(1, 2)  # (B, K, n)
+    other = values == vm.other
+    ids = torch.where(other, drawn, tokens[values.clamp(max=len(tokens) - 1)])
+    log_r = r.gather(-1, drawn.transpose(1, 2)).transpose(1, 2)  # (B, K, n): log r_i(drawn token)
+    return ids, log_r.masked_fill(~other, 0.0).sum(-1)
+
+
+@torch.no_grad()
+def constrained_sample(engine: Engine, circuit: Circuit | Constraint, sample: Tensor | None = None, *,
+                       num_candidates: int | None = None, mode: Mode = "resample", allowed: Tensor | None = None,
+                       root: int | None = None, batch_size: int | None = None, chunk_size: int | None = None,
+                       generator: torch.Generator | None = None, return_diagnostics: bool = False
+                       ) -> Tensor | tuple[Tensor, ResampleDiagnostics]:
+    """One output per example that satisfies the constraint: locally constrained resampling (module docs).
+
+    Args:
+        engine: the model as an engine (:func:`pseudosl.as_engine`); the one :func:`pseudosl.pseudo_semantic_loss` takes.
+        circuit: the compiled constraint over ``n`` positions with ``k`` values, or a :class:`~pseudosl.Constraint`
+            (its value map must be the engine's).  A multi-rooted circuit needs ``root``.
+        sample: ``(B, n)`` long anchors in the model's values (e.g. ``engine.sample(greedy=True)`` for a
+            deterministic decode); ``None``: ``y ~ p`` from ``engine.sample`` (one per bound example, or ``batch_size``).
+        num_candidates: ``K`` candidates per example in ``mode="resample"`` (default 16); not used by ``"mpe"``.
+        mode: ``"resample"`` (draw from the weighted candidates) or ``"mpe"`` (``argmax q``).
+        allowed: optional bool ``(B, n, k)`` unit constraints in circuit values, conjoined with the constraint
+            (e.g. a puzzle's givens).
+        root: which root of a multi-rooted circuit the output must satisfy.
+        batch_size: the number of anchors to draw for an engine bound to no input (``sample=None`` only).
+        chunk_size: the engine's memory bound (rows per model call) for the conditionals and the weights.
+        generator: a ``torch.Generator`` on the model's device for every draw (anchors, candidates, tokens, the choice).
+        return_diagnostics: also return a :class:`ResampleDiagnostics` (weights, effective sample size, ...).
+
+    Returns:
+        ``(B, n)`` long outputs in the model's values (token ids for a language model), each satisfying the
+        constraint (root ``root``) and ``allowed``; with ``return_diagnostics``, ``(outputs, diagnostics)``.
+
+    Raises:
+        UnsatisfiableError: (a ``ValueError``) the constraint and ``allowed`` have no model for an example (checked
+            before the model runs), or the model gives every model probability 0.
+    """
+    circuit, k = _check(engine, circuit, mode, num_candidates, root)
+    _check_allowed(allowed, circuit)
+    n = circuit.n_vars
+    if sample is None:
+        if allowed is not None and batch_size is None and engine.n_examples in (None, 1):
+            batch_size = allowed.shape[0]
+        _check_satisfiable(circuit, allowed, root)
+        sample = engine.sample(batch_size=batch_size, length=n, generator=generator)
+    else:
+        if batch_size is not None:
+            raise ValueError("batch_size applies when the anchors are drawn (sample=None); the batch is sample's")
+        sample = check_sample(sample, engine.vocab_size if engine.value_map is not None else engine.n_values)
+        if sample.shape[1] != n:
+            raise ValueError(f"sample has length {sample.shape[1]} but the circuit has {n} positions; "
+                             f"pass (B, {n}) sequences")
+        _check_satisfiable(circuit, allowed, root)
+    b = sample.shape[0]
+    if allowed is not None and allowed.shape[0] != b:
+        raise ValueError(f"allowed has {allowed.shape[0]} rows but there are {b} anchors (one row per example)")
+    if b == 0:
+        empty = sample.new_zeros(0, k, n)
+        none = torch.zeros(0, k)
+        diag = ResampleDiagnostics(sample, empty, none, none, sample.new_zeros(0), torch.zeros(0), torch.zeros(0))
+        return (sample, diag) if return_diagnostics else sample
+
+    # the proposal q = p~_y(. | alpha AND allowed): the local conditionals, conditioned by the circuit
+    cond = engine.local_conditionals(sample, chunk_size=chunk_size).detach()  # (B, n, k) circuit values
+    folded = engine.value_map is not None
+    if mode == "mpe":
+        values, log_q, log_z = _mpe(engine, circuit, sample, cond, allowed, root)
+    else:
+        draws = circuit.sample(cond, k, allowed=allowed, root=root, generator=generator)
+        values, log_q, log_z = draws.values.transpose(0, 1), (draws.log_prob - draws.log_partition).t(), draws.log_partition
+    unsat = torch.isneginf(log_z)
+    if unsat.any():
+        raise UnsatisfiableError(f"the model's local conditionals give probability 0 to every assignment that "
+                                 f"satisfies the constraint for examples {unsat.nonzero().flatten().tolist()[:10]} "
+                                 "(a conditional of exactly 0: check the model's outputs for -inf logits)")
+    if folded and mode == "resample":
+        values, log_r = _concrete_tokens(engine, sample, values, generator)
+        log_q = log_q + log_r
+    log_p = engine.log_prob(values, chunk_size=chunk_size).detach()  # (B, K)
+    if mode == "mpe":
+        chosen = torch.zeros(b, dtype=torch.long, device=sample.device)
+        ess = torch.ones(b, dtype=log_p.dtype, device=log_p.device)
+    else:
+        log_w = log_p - log_q
+        dead = torch.isneginf(log_w).all(-1)
+        if dead.any():
+            raise UnsatisfiableError(f"every candidate of examples {dead.nonzero().flatten().tolist()[:10]} has model "
+                                     "probability 0 (log p = -inf): no importance weight is positive")
+        chosen = sample_from_logits(log_w, generator=generator).to(sample.device)
+        ess = effective_sample_size(log_w)
+    out = values.gather(1, chosen.view(b, 1, 1).expand(b, 1, n)).squeeze(1)
+    if not return_diagnostics:
+        return out
+    return out, ResampleDiagnostics(anchor=sample, candidates=values, log_p=log_p, log_q=log_q, chosen=chosen,
+                                    ess=ess, log_p_constraint=log_z)
+
+
+def _mpe(engine: Engine, circuit: Circuit, sample: Tensor, cond: Tensor, allowed: Tensor | None,
+         root: int | None) -> tuple[Tensor, Tensor, Tensor]:
+    """``argmax q`` as ``(B, 1, n)`` model values, its ``log q`` ``(B, 1)`` and ``log p~_y(alpha AND allowed)`` ``(B,)``.
+
+    With a value map the catch-all value of position ``i`` stands for its best token: its weight is multiplied by
+    ``max_t r_i(t)`` before the MPE, and it is filled with that token (module docs)."""
+    log_z = circuit.log_prob(cond, allowed)
+    log_z = log_z[:, root or 0] if log_z.dim() == 2 else log_z
+    x = cond
+    if engine.value_map is not None:
+        best = _class_log_probs(engine, sample).max(-1)  # (B, n): the best token of the class and its log r_i
+        x = cond.clone()
+        x[..., engine.value_map.other] += best.values
+    best_q = circuit.mpe(x, allowed, root=root)
+    values = best_q.values[:, None]  # (B, 1, n)
+    if engine.value_map is not None:
+        tokens = engine.value_map.on(sample.device)[0]
+        other = values == engine.value_map.other
+        values = torch.where(other, best.indices[:, None], tokens[values.clamp(0, len(tokens) - 1)])
+    return values, (best_q.log_prob - log_z)[:, None], log_z
