@@ -13,7 +13,7 @@ echo "== plain install smoke run (fresh venv, no extras) =="
 python3 -m venv "$smoke/venv"
 "$smoke/venv/bin/python" -m pip install -q -c constraints.txt "$root"
 (cd "$smoke" && PSEUDOSL_CACHE="$smoke/cache" "$smoke/venv/bin/pseudosl" sudoku train --quick \
-    --models convnet_sl rnn_psl --n-train 16 --n-test 8 --epochs 1 --out "$smoke/run" >"$smoke/log" 2>&1) \
+    --models convnet_sl rnn_psl --n-train 16 --n-val 16 --n-test 8 --epochs 1 --out "$smoke/run" >"$smoke/log" 2>&1) \
   || { cat "$smoke/log"; echo "plain-install smoke run FAILED"; exit 1; }
 grep -q "RNN + PSL" "$smoke/log" && test -s "$smoke/run/curves.png" && test -s "$smoke/run/examples.png" \
   || { cat "$smoke/log"; echo "plain-install smoke run wrote no table or figures"; exit 1; }

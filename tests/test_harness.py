@@ -11,7 +11,8 @@ from pseudosl.experiments.harness import CheckpointError, evaluate_checkpoints, 
 from pseudosl.experiments.sudoku.config import SudokuConfig, preset_path
 from pseudosl.experiments.sudoku.train import SudokuExperiment
 
-TINY = ["--n-train", "16", "--n-test", "8", "--epochs", "1", "--conv-channels", "4", "--conv-layers", "1"]
+TINY = ["--n-train", "16", "--n-val", "8", "--n-test", "8", "--epochs", "1", "--conv-channels", "4", "--conv-layers", "1",
+        "--seeds", "0", "--jobs", "1"]
 
 
 @pytest.mark.parametrize("toml, message", [
@@ -186,12 +187,13 @@ def test_units_and_lower_is_better_metrics(tmp_path):
     from pseudosl.experiments.plots import plot_curves
     from pseudosl.experiments.warcraft.train import WarcraftExperiment
 
-    exp = WarcraftExperiment()                          # metrics exact, consistent, cost_ratio (lower is better)
-    a = selection_score(exp, {"exact": 10.0, "consistent": 20.0, "cost_ratio": 1.05})
-    b = selection_score(exp, {"exact": 10.0, "consistent": 20.0, "cost_ratio": 1.20})
-    c = selection_score(exp, {"exact": 10.0, "consistent": 20.0, "cost_ratio": float("nan")})
-    assert a > b > c and selection_score(exp, {"exact": 11.0, "consistent": 0.0, "cost_ratio": math.nan}) > a
-    runs = [{"model": "resnet", "seed": s, "exact": e, "consistent": e, "cost_ratio": r,
+    exp = WarcraftExperiment()                          # metrics exact, consistent, cost_ratio (lower is better), edge_f1
+    a = selection_score(exp, {"exact": 10.0, "consistent": 20.0, "cost_ratio": 1.05, "edge_f1": 1.0})
+    b = selection_score(exp, {"exact": 10.0, "consistent": 20.0, "cost_ratio": 1.20, "edge_f1": 2.0})
+    c = selection_score(exp, {"exact": 10.0, "consistent": 20.0, "cost_ratio": float("nan"), "edge_f1": 3.0})
+    assert a > b > c and selection_score(exp, {"exact": 11.0, "consistent": 0.0, "cost_ratio": math.nan,
+                                               "edge_f1": 0.0}) > a
+    runs = [{"model": "resnet", "seed": s, "exact": e, "consistent": e, "cost_ratio": r, "edge_f1": e,
              "history": [{"epoch": 1, "train_loss": 1.0, "test_exact": e, "test_cost_ratio": r}]}
             for s, (e, r) in enumerate([(0.0, math.nan), (10.0, 1.2), (20.0, 1.4)])]
     row = summarize(runs, exp.metrics, ["resnet"])["resnet"]
@@ -202,3 +204,32 @@ def test_units_and_lower_is_better_metrics(tmp_path):
     assert "cost_ratio x" in table and "exact %" in table
     plot_curves(runs, exp.metrics, tmp_path / "c.png", units=exp.units)      # NaN points are gaps, no error
     assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_reproduce_writes_under_runs_unless_asked_to_write_the_docs(tmp_path, monkeypatch):
+    """`pseudosl reproduce` leaves the tracked docs alone: its report is a copy under --runs; --write-docs
+    updates docs/<document> (results.md for the cpu presets); an experiment without the preset is skipped."""
+    import pseudosl.experiments.sudoku.train as sudoku_train
+    import pseudosl.experiments.warcraft.train as warcraft_train
+    from pseudosl.cli import main as cli
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    (presets / "cpu.toml").write_text('preset = "cpu"\nmodels = ["convnet", "convnet_sl"]\nseeds = [0, 1]\nsize = 4\n'
+                                      'n_missing = 6\nn_train = 16\nn_test = 8\nepochs = 1\nconv_channels = 4\n'
+                                      f'conv_layers = 1\nnote = "the cpu note"\ndata_dir = "{tmp_path / "d"}"\n')
+    monkeypatch.setattr(sudoku_train.SudokuExperiment, "presets", presets)
+    monkeypatch.setattr(warcraft_train.WarcraftExperiment, "presets", tmp_path / "none")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    tracked = "# Results\nprose\n<!-- BEGIN cpu:sudoku -->\nold\n<!-- END cpu:sudoku -->\n"
+    (tmp_path / "docs" / "results.md").write_text(tracked)
+    cli(["reproduce", "--cpu", "--only", "sudoku", "warcraft"])
+    assert (tmp_path / "docs" / "results.md").read_text() == tracked
+    copy = (tmp_path / "runs" / "reproduce" / "results.md").read_text()
+    assert copy.startswith("# Results\nprose\n") and "old" not in copy and "the cpu note" in copy
+    assert "ConvNet + SL vs ConvNet, exact" in copy and "pseudosl sudoku train --preset cpu" in copy
+    assert "Time per run, wall / CPU (training epochs): ConvNet" in copy and "cpu:warcraft" not in copy
+    cli(["reproduce", "--cpu", "--only", "sudoku", "--write-docs"])
+    written = (tmp_path / "docs" / "results.md").read_text()
+    assert "old" not in written and "ConvNet + SL vs ConvNet" in written
+    assert (tmp_path / "docs" / "figures" / "sudoku-cpu-curves.png").stat().st_size > 0

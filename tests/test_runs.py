@@ -24,14 +24,14 @@ from pseudosl.experiments.harness import CheckpointError, evaluate_checkpoints, 
 from pseudosl.experiments.runs import run_lock
 from pseudosl.experiments.sudoku.train import SudokuExperiment
 
-TINY = ["--n-train", "16", "--n-test", "8", "--epochs", "1", "--conv-channels", "4", "--conv-layers", "1",
+TINY = ["--n-train", "16", "--n-val", "0", "--n-test", "8", "--epochs", "1", "--conv-channels", "4", "--conv-layers", "1",
         "--rnn-hidden", "8", "--rnn-layers", "1", "--threads", "1"]
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def train(tmp_path, out, *flags, models=("convnet",)):
-    cli_main(["sudoku", "train", "--quick", "--models", *models, "--data-dir", str(tmp_path / "d"), "--out", str(out),
-              *TINY, *flags])
+    cli_main(["sudoku", "train", "--quick", "--models", *models, "--seeds", "0", "--data-dir", str(tmp_path / "d"),
+              "--out", str(out), *TINY, *flags])
 
 
 def refused(capsys, argv) -> str:
@@ -76,7 +76,7 @@ def test_out_that_cannot_be_a_folder_is_named(tmp_path, case):
 @pytest.mark.parametrize("flags, message", [
     (["sudoku", "train", "--quick", "--n-train", "99999999999999999999"], "--n-train: n_train = 99999999999999999999: "
                                                                           "too large"),
-    (["sudoku", "train", "--quick", "--patience", "2"], "--patience: patience = 2 stops early on the validation split, "
+    (["sudoku", "train", "--quick", "--n-val", "0", "--patience", "2"], "--patience: patience = 2 stops early on the validation split, "
                                                         "but n_val = 0"),
     (["sudoku", "train", "--config", "/no/such.toml"], "--config /no/such.toml: no such file"),
     (["fidelity", "--hf-model", "gpt2", "--device", "bogus"], "--device 'bogus': not a torch device"),
@@ -152,7 +152,7 @@ def test_lock_is_exclusive_in_process_and_clears_temporaries(tmp_path):
 def test_other_models_into_one_folder_are_refused_not_dropped(tmp_path, capsys):
     out = tmp_path / "out"
     train(tmp_path, out)
-    err = refused(capsys, ["sudoku", "train", "--quick", "--models", "rnn", "--data-dir", str(tmp_path / "d"),
+    err = refused(capsys, ["sudoku", "train", "--quick", "--models", "rnn", "--seeds", "0", "--data-dir", str(tmp_path / "d"),
                            "--out", str(out), *TINY])
     assert "also holds the runs convnet-seed0, which are not among --models rnn" in err
     assert set(json.loads((out / "results.json").read_text())["summary"]) == {"convnet"}  # untouched
@@ -190,8 +190,8 @@ def test_resume_cannot_go_back_in_epochs(tmp_path, capsys):
     out = tmp_path / "out"
     train(tmp_path, out, "--epochs", "2")
     before = (out / "results.json").read_bytes()
-    err = refused(capsys, ["sudoku", "train", "--quick", "--models", "convnet", "--data-dir", str(tmp_path / "d"),
-                           "--out", str(out), *TINY, "--resume", "--epochs", "1"])
+    err = refused(capsys, ["sudoku", "train", "--quick", "--models", "convnet", "--seeds", "0", "--data-dir",
+                           str(tmp_path / "d"), "--out", str(out), *TINY, "--resume", "--epochs", "1"])
     assert "has already trained 2 epochs, and a run cannot go back; pass --epochs 2" in err
     assert (out / "results.json").read_bytes() == before
 
@@ -224,8 +224,8 @@ def test_full_disk_names_the_path_and_keeps_the_last_checkpoint(tmp_path, capsys
         Path(path).write_bytes(b"PK\x03\x04 part of a zip")
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 645760 vs 645648")
     monkeypatch.setattr(harness.torch, "save", full_disk)
-    argv = ["sudoku", "train", "--quick", "--models", "convnet", "--data-dir", str(tmp_path / "d"), "--out", str(out),
-            *TINY, "--resume", "--epochs", "2"]
+    argv = ["sudoku", "train", "--quick", "--models", "convnet", "--seeds", "0", "--data-dir", str(tmp_path / "d"),
+            "--out", str(out), *TINY, "--resume", "--epochs", "2"]
     err = refused(capsys, argv)
     assert f"could not write {out / 'convnet-seed0' / 'checkpoint.pt'}: [enforce fail" in err and "MiB left" in err
     assert [p.name for p in out.rglob(".tmp-*")] == []  # no temporary file left

@@ -120,3 +120,83 @@ def test_augment_keeps_puzzles_valid_and_consistent():
         assert is_valid_solution(s[i].numpy())
         n, sols = count_solutions(p[i].tolist())
         assert n == 1 and sols[0] == s[i].tolist()                            # still a unique solution
+
+
+# -- boards of other sizes (the CPU regime) ---------------------------------------------------------
+@pytest.mark.parametrize("size, n_missing", [(4, 10), (6, 16)])
+def test_small_boards_are_valid_unique_and_deterministic(size, n_missing):
+    from pseudosl.experiments.sudoku.data import MIN_GIVENS, box_shape
+    d = generate(40, n_missing=n_missing, seed=3, size=size)
+    assert d.size == size and d.puzzles.shape == (40, size * size)
+    for p, s in zip(d.puzzles.numpy(), d.solutions.numpy()):
+        assert is_valid_solution(s) and ((p == 0) | (p == s)).all()
+        n, sols = count_solutions(p, limit=2)
+        assert n == 1 and sols[0] == s.tolist()                        # unique, and it is the stored one
+        assert 1 <= (p == 0).sum() <= n_missing and (p > 0).sum() >= MIN_GIVENS[size]
+    assert torch.equal(generate(40, n_missing=n_missing, seed=3, size=size).puzzles, d.puzzles)
+    assert box_shape(size) == {4: (2, 2), 6: (2, 3)}[size]
+
+
+def _brute_force_completions(puzzle: np.ndarray) -> list[list[int]]:
+    """Every valid completion of a small puzzle by enumerating all digits of its blanks (the oracle)."""
+    from oracle import assignments
+    size = int(round(len(puzzle) ** 0.5))
+    blanks = np.flatnonzero(puzzle == 0)
+    out = []
+    for a in assignments(len(blanks), size):
+        g = puzzle.copy()
+        g[blanks] = a + 1
+        if is_valid_solution(g):
+            out.append(g.tolist())
+    return out
+
+
+@pytest.mark.parametrize("size", [4, 6])
+def test_count_solutions_agrees_with_enumeration(size):
+    """The solver counts (up to its limit) and lists exactly the completions that enumeration finds."""
+    rng = np.random.default_rng(0)
+    full = generate(6, n_missing=1, seed=1, size=size).solutions.numpy()
+    for grid in full:
+        for n_blank in (3, 6 if size == 4 else 5):
+            p = grid.copy()
+            p[rng.permutation(size * size)[:n_blank]] = 0
+            truth = _brute_force_completions(p)
+            n, found = count_solutions(p, limit=1000)
+            assert n == len(truth) and sorted(found) == sorted(truth)
+            assert count_solutions(p, limit=2)[0] == min(2, len(truth))
+
+
+@pytest.mark.parametrize("size", [4, 6])
+def test_augment_on_small_boards(size):
+    from pseudosl.experiments.sudoku.data import augment
+    d = generate(24, n_missing=8, seed=5, size=size)
+    torch.manual_seed(0)
+    p, s = augment(d.puzzles, d.solutions)
+    assert not torch.equal(s, d.solutions) and torch.equal((p == 0).sum(1), (d.puzzles == 0).sum(1))
+    for i in range(24):
+        assert is_valid_solution(s[i].numpy()) and ((p[i] == 0) | (p[i] == s[i])).all()
+        n, sols = count_solutions(p[i].tolist())
+        assert n == 1 and sols[0] == s[i].tolist()
+
+
+def test_sizes_are_checked_and_csv_reads_small_boards(tmp_path):
+    from pseudosl.experiments.sudoku.data import board_size
+    with pytest.raises(ValueError, match="size = 5: expected one of 4, 6, 9"):
+        generate(2, size=5)
+    with pytest.raises(ValueError, match=r"n_missing must be in 1..12 \(a unique 4x4 Sudoku needs >= 4 givens\)"):
+        generate(2, n_missing=13, size=4)
+    with pytest.raises(ValueError, match="satnet = True draws SATNet's 9x9"):
+        generate(2, satnet=True, size=6)
+    with pytest.raises(ValueError, match="20 cells is not a Sudoku board"):
+        board_size(20)
+    d = generate(5, n_missing=6, seed=2, size=4)
+    save_csv(d, tmp_path / "four.csv")
+    back = load_csv(tmp_path / "four.csv", size=4)
+    assert torch.equal(back.puzzles, d.puzzles) and torch.equal(back.solutions, d.solutions)
+    with pytest.raises(ValueError, match=r"four.csv, line 2: quiz must be 81 digits .*size = 9"):
+        load_csv(tmp_path / "four.csv")
+    with pytest.raises(ValueError, match="SATNet's layout holds 9x9 boards"):
+        save_satnet(d, tmp_path / "s")
+    a = load_or_generate(10, 6, 0, data_dir=tmp_path / "c", size=4)
+    assert a.size == 4 and torch.equal(load_or_generate(10, 6, 0, data_dir=tmp_path / "c", size=4).puzzles, a.puzzles)
+    assert load_or_generate(10, 6, 0, data_dir=tmp_path / "c").size == 9           # the size is part of the cache key

@@ -67,8 +67,8 @@ def test_resume_is_exact(tmp_path):
 
 def test_cli_end_to_end_tiny(tmp_path, capsys):
     out = tmp_path / "out"
-    cli_main(["sudoku", "train", "--quick", "--models", "convnet", "rnn", "--n-train", "16", "--n-test", "8",
-              "--epochs", "1", "--out", str(out), "--data-dir", str(tmp_path / "data")])
+    cli_main(["sudoku", "train", "--quick", "--models", "convnet", "rnn", "--n-train", "16", "--n-val", "8", "--n-test",
+              "8", "--epochs", "1", "--seeds", "0", "--jobs", "1", "--out", str(out), "--data-dir", str(tmp_path / "data")])
     res = json.loads((out / "results.json").read_text())
     assert set(res["summary"]) == {"convnet", "rnn"} and res["config"]["preset"] == "quick"
     assert (out / "curves.png").stat().st_size > 0 and (out / "examples.png").stat().st_size > 0

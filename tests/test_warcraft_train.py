@@ -67,7 +67,10 @@ def test_constraint_objectives_train(tmp_path, name):
     for _ in range(6):
         torch.manual_seed(1)  # the same PSL sample each step, so the losses are comparable
         loss, parts = objective(maps, edges)
-        assert ("sl" if name == "resnet_sl" else "psl") in parts and parts["ce"] > 0
+        assert ("sl" if name == "resnet_sl" else "psl") in parts and parts["data"] > 0
+        weight = cfg.sl_weight if name == "resnet_sl" else cfg.psl_weight
+        assert torch.isclose(loss.detach(), parts["data"] + parts["constraint"])             # the two summands
+        assert torch.isclose(parts["constraint"], weight * parts["sl" if name == "resnet_sl" else "psl"])
         opt.zero_grad(); loss.backward(); opt.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0]

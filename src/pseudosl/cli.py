@@ -80,6 +80,9 @@ def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
 
     e = actions.add_parser("eval", help="re-evaluate the checkpoints under a folder; one table per config")
     e.add_argument("--out", default=f"runs/{name}", help=f"folder searched recursively (default runs/{name})")
+    e.add_argument("--decoders", nargs="+", metavar="DECODER",
+                   help="extra test-time decoders, a row each (default: those the runs were trained with)"
+                        + (f"; known: {', '.join(exp.decoders)}" if exp.decoders else "; this experiment has none yet"))
     e.set_defaults(func=_eval, experiment_name=name)
 
     for action, action_help in extra.items():
@@ -117,24 +120,29 @@ def _train(args: argparse.Namespace) -> None:
 
 def _eval(args: argparse.Namespace) -> None:
     from .experiments.harness import evaluate_checkpoints
-    evaluate_checkpoints(experiment(args.experiment_name), args.out)
+    evaluate_checkpoints(experiment(args.experiment_name), args.out, args.decoders)
 
 
 def _add_reproduce(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("reproduce", help="run every experiment's quick or paper preset and update the report",
+    p = sub.add_parser("reproduce", help="run every experiment's quick, cpu or paper preset and write the report",
                        description="Train every experiment's preset (replacing earlier reproduction runs under "
-                                   "--runs), then rewrite the generated blocks of the report. See docs/reproduction.md.")
+                                   "--runs), then write the report: the tracked document's generated blocks "
+                                   "replaced, under --runs (default) or in docs/ itself (--write-docs). "
+                                   "See docs/reproduction.md.")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--quick", action="store_const", const="quick", dest="mode",
-                      help="the quick presets: a 2-core CPU")
+                      help="the quick presets: minutes on a 2-core CPU (report: reproduction.md)")
+    mode.add_argument("--cpu", action="store_const", const="cpu", dest="mode",
+                      help="the cpu presets: the CPU regime, >= 5 seeds, <= 1 h each on 2 cores (report: results.md)")
     mode.add_argument("--paper", action="store_const", const="paper", dest="mode",
-                      help="the paper presets: one GPU")
+                      help="the paper presets: one GPU (report: reproduction.md)")
     p.add_argument("--only", nargs="+", help="a subset of the experiments / sections")
-    p.add_argument("--report", type=Path, help="the report to update (default docs/reproduction.md if present, "
-                                               "else runs/reproduce/reproduction.md)")
-    p.add_argument("--runs", type=Path, default=Path("runs/reproduce"), help="where the runs go")
+    p.add_argument("--write-docs", action="store_true",
+                   help="update the tracked docs/reproduction.md or docs/results.md (default: a copy under --runs)")
+    p.add_argument("--report", type=Path, help="the report to update (overrides --write-docs and the default)")
+    p.add_argument("--runs", type=Path, default=Path("runs/reproduce"), help="where the runs and the report go")
     p.set_defaults(func=lambda a: __import__("pseudosl.reproduce", fromlist=["reproduce"]).reproduce(
-        a.mode, a.report, a.only, a.runs))
+        a.mode, a.report, a.only, a.runs, a.write_docs))
 
 
 def _add_fidelity(sub: argparse._SubParsersAction) -> None:

@@ -1,15 +1,21 @@
-"""``pseudosl reproduce --quick | --paper``: every experiment's preset, then the report's tables.
+"""``pseudosl reproduce --quick | --cpu | --paper``: every experiment's preset, then the report's tables.
 
-Each registered experiment (:data:`pseudosl.experiments.registry.EXPERIMENTS`) is trained with its ``quick`` or
-``paper`` preset through the shared harness (``--overwrite``: a reproduction starts afresh), then
-its section of the report is written between markers::
+Each registered experiment (:data:`pseudosl.experiments.registry.EXPERIMENTS`) is trained with its ``quick``, ``cpu`` or
+``paper`` preset through the shared harness (``--overwrite``: a reproduction starts afresh; an
+experiment without that preset is skipped, saying so), then its section of the report is written
+between markers::
 
     <!-- BEGIN quick:sudoku -->  ...  <!-- END quick:sudoku -->
 
-in ``--report`` (default ``docs/reproduction.md`` when it exists in the working directory, else
-``runs/reproduce/reproduction.md``).  Text outside the markers (the paper's numbers, the notes) is
-left alone, so the report is hand-written prose around generated tables.  Figures are copied next to
-the report, into ``figures/``.  Extra sections (the fidelity study) register in :data:`SECTIONS`.
+The report is ``runs/reproduce/<document>`` (a copy of the tracked document with the blocks replaced,
+so ``diff docs/reproduction.md runs/reproduce/reproduction.md`` shows what a fresh run changed), where
+the document is ``reproduction.md`` for ``quick`` and ``paper`` and ``results.md`` for ``cpu``;
+``write_docs=True`` (``--write-docs``) updates the tracked ``docs/<document>`` instead, ``report`` any
+file.  Text outside the markers (the paper's numbers, the notes) is left alone, so the report is
+hand-written prose around generated tables.  A block holds the command, the machine and its load, the
+wall time and the time per run, the table with the paired comparisons and the preset's note (the run's
+``table.txt``), and the figures, copied next to the report into ``figures/``.  Extra sections (the
+fidelity study) register in :data:`SECTIONS`.
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["reproduce", "replace_section", "experiment_section", "SECTIONS"]
+__all__ = ["reproduce", "replace_section", "experiment_section", "SECTIONS", "MODES", "DOCUMENTS"]
+
+MODES = ("quick", "cpu", "paper")
+DOCUMENTS = {"quick": "reproduction.md", "paper": "reproduction.md", "cpu": "results.md"}  # mode -> docs/<file>
 
 # name -> "module:function(mode, runs folder of this mode, figures folder, results so far) -> markdown";
 # run after the experiments
@@ -46,8 +55,7 @@ def replace_section(text: str, key: str, body: str) -> str:
 
 
 def experiment_section(exp, cfg, result: dict, command: str, figures: Path, rel: str) -> str:
-    """Markdown: the command, the setting, ours beside the paper, and the figures."""
-    from .experiments.harness import format_table
+    """Markdown: the command, the setting, the run's table (with the paired comparisons and the note), figures."""
     out = Path(result["out"])
     stem = f"{exp.name}-{cfg.preset}"
     pics = []
@@ -60,13 +68,32 @@ def experiment_section(exp, cfg, result: dict, command: str, figures: Path, rel:
     m = result["machine"]
     lines = [f"Command: `{command}` (config {result['content_key']}, seeds {cfg.seeds}, {cfg.epochs} epochs).",
              f"Machine: {m['device']}, torch {m['torch']}, {m['threads']} threads" + _load(m) + "; wall time "
-             f"{result['wall_s'] / 60:.1f} min.", ""]
+             f"{result['wall_s'] / 60:.1f} min" + (f" ({cfg.jobs} runs at a time)" if cfg.jobs > 1 else "") + ".",
+             _per_run(exp, result), ""]
     paper_shaped = out / "table_paper.md"  # an experiment's own paper-shaped table (Experiment.report), if any
     if paper_shaped.is_file():
         lines += [paper_shaped.read_text().strip(), ""]
     else:
-        lines += ["```", format_table(exp, result["summary"], f"{exp.name}, preset {cfg.preset}"), "```", ""]
+        lines += ["```", (out / "table.txt").read_text().strip(), "```", ""]
     return "\n".join(lines + pics)
+
+
+def _per_run(exp, result: dict) -> str:
+    """``"Time per run (wall / CPU): ConvNet 12–17 s / 4–5 s, ..."``: the training epochs of one model and seed,
+    wall clock and the process's CPU time (on a shared machine the CPU time is what an idle one would take)."""
+    from .experiments.summary import model_label
+
+    def span(v: list[float]) -> str:
+        return f"{min(v):.0f}–{max(v):.0f}" if len(v) > 1 and round(min(v)) != round(max(v)) else f"{v[0]:.0f}"
+
+    times: dict[str, tuple[list[float], list[float]]] = {}
+    for r in result["runs"]:
+        wall, cpu = times.setdefault(r["model"], ([], []))
+        wall.append(r["wall_s"]); cpu.append(r.get("cpu_s", float("nan")))
+    total = sum(c for _, cpu in times.values() for c in cpu)
+    return ("Time per run, wall / CPU (training epochs): " + ", ".join(
+        f"{model_label(exp, k)} {span(w)} s / {span(c)} s" for k, (w, c) in times.items())
+        + f"; CPU time of all runs {total / 60:.1f} min.")
 
 
 def _load(machine: dict) -> str:
@@ -78,34 +105,46 @@ def _load(machine: dict) -> str:
 
 
 def reproduce(mode: str, report: Path | None = None, only: list[str] | None = None,
-              runs: Path = Path("runs/reproduce")) -> Path:
-    """Run ``mode`` (``quick`` or ``paper``) for every experiment (or ``only`` those) and update ``report``."""
+              runs: Path = Path("runs/reproduce"), write_docs: bool = False) -> Path:
+    """Run ``mode`` (one of :data:`MODES`) for every experiment (or ``only`` those) and update the report:
+    ``report``, else ``docs/<document>`` with ``write_docs``, else ``runs/<document>`` (see the module docs)."""
     from .experiments.registry import EXPERIMENTS, experiment
-    from .experiments.config import load_config
+    from .experiments.config import ConfigError, load_config
     from .experiments.harness import train
-    if mode not in ("quick", "paper"):
-        raise ValueError(f"mode must be 'quick' or 'paper', got {mode!r}")
-    names = only or [*EXPERIMENTS, *SECTIONS]
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    names = only or [*EXPERIMENTS, *(SECTIONS if mode != "cpu" else [])]
     unknown = [n for n in names if n not in EXPERIMENTS and n not in SECTIONS]
     if unknown:
         raise ValueError(f"unknown experiments {unknown}; choose from {', '.join([*EXPERIMENTS, *SECTIONS])}")
+    tracked = Path("docs") / DOCUMENTS[mode]
     if report is None:
-        report = Path("docs/reproduction.md") if Path("docs/reproduction.md").exists() else runs / "reproduction.md"
+        report = tracked if write_docs else runs / DOCUMENTS[mode]
     figures = report.parent / "figures"
-    text = report.read_text() if report.exists() else "# Reproduction report\n"
+
+    def current() -> str:  # read again before every block: edits made while the runs train are kept
+        start = report if report.exists() else tracked if tracked.exists() else None
+        return start.read_text() if start is not None else "# Reproduction report\n"
+
     results: dict[str, dict] = {}
     t0 = time.time()
     for name in names:
         if name not in EXPERIMENTS:
             continue
         exp = experiment(name)
+        try:
+            preset = exp.preset_path(mode)
+        except ConfigError:
+            print(f"{name}: no {mode} preset; skipped")
+            continue
         out = runs / mode / name
-        cfg = load_config(exp.config_class, exp.preset_path(mode), out=str(out))
+        cfg = load_config(exp.config_class, preset, out=str(out))
         result = train(exp, cfg, overwrite=True)
         result["out"] = str(out)
         results[name] = result
         command = f"pseudosl {name} train --preset {mode} --out {out}"
-        text = replace_section(text, f"{mode}:{name}", experiment_section(exp, cfg, result, command, figures, "figures"))
+        text = replace_section(current(), f"{mode}:{name}",
+                               experiment_section(exp, cfg, result, command, figures, "figures"))
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(text)  # after every experiment: an interrupted reproduction keeps what it made
     for name in EXPERIMENTS:  # sections also see the runs of an earlier `reproduce --only ...`
@@ -114,7 +153,8 @@ def reproduce(mode: str, report: Path | None = None, only: list[str] | None = No
             results[name] = {**json.loads(saved.read_text()), "out": str(saved.parent)}
     for name in names:
         if name in SECTIONS:
-            text = replace_section(text, f"{mode}:{name}", _section(name)(mode, runs / mode, figures, results))
+            text = replace_section(current(), f"{mode}:{name}", _section(name)(mode, runs / mode, figures, results))
+            report.parent.mkdir(parents=True, exist_ok=True)
             report.write_text(text)
     print(f"wrote {report} ({(time.time() - t0) / 60:.1f} min)")
     return report

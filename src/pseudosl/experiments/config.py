@@ -52,7 +52,8 @@ def spec(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclass
 
 # Fields that do not change what a run computes: they are left out of the run's content key,
 # may differ on --resume, and runs that differ only in them are one row of a table.
-RUN_FREE_FIELDS = frozenset({"preset", "models", "seeds", "epochs", "out", "eval_every", "threads", "data_dir", "jobs"})
+RUN_FREE_FIELDS = frozenset({"preset", "models", "seeds", "epochs", "out", "eval_every", "threads", "data_dir", "jobs",
+                             "note", "decoders"})
 
 
 @dataclass
@@ -73,6 +74,9 @@ class RunConfig:
     threads: int | None = spec(None, min=1, help="torch.set_num_threads")
     jobs: int = spec(1, min=1, help="train this many (model, seed) runs at once in worker processes "
                                     "(they share the device; one process each)")
+    decoders: list[str] = spec(default_factory=list, help="extra test-time decoders, each adding a row per model "
+                                                          "from the same checkpoints (the experiment's decoders)")
+    note: str = spec("", help="printed under the table: what the numbers of this preset show (presets set it)")
 
     # subclasses set this to the experiment's model names (a ClassVar, not a field)
     MODELS: typing.ClassVar[tuple[str, ...]] = ()

@@ -21,8 +21,12 @@ harness owns everything else, the same for every experiment:
   evaluated; their checkpoint (epoch 0) is written so that ``eval`` finds them;
 * model variants: ``models = ["rnn_psl@psl_weight=0.01", "rnn_psl@psl_weight=0.05"]`` trains a model with
   config overrides (a weight grid in one run); each variant is its own row and folder;
-* results: ``results.json`` (config, per-run metrics and curves, mean ± std per model, the paper's
-  numbers, machine), ``table.txt``, ``curves.png`` and the experiment's example figure;
+* extra decoders: ``decoders = ["constrained"]`` evaluates every selected checkpoint once more per decoder
+  (``Experiment.decoders``), each a row of its own; ``eval --decoders`` adds them to trained runs;
+* results: ``results.json`` (config, per-run metrics and curves, mean ± std per row, the paired
+  comparisons with their base models, the paper's numbers, machine), ``table.txt`` (table, comparisons,
+  how checkpoints were selected, the preset's ``note``), ``curves.png`` and the experiment's example figure
+  (tables and statistics: :mod:`pseudosl.experiments.summary`);
 * Accelerate: runs unchanged under ``accelerate launch``; only the main process writes files.
 
 The loop itself (:func:`train_run`) reads top to bottom.
@@ -51,10 +55,12 @@ from ..errors import PseudoslError, RunFolderError, StorageError
 from .config import RUN_FREE_FIELDS, ConfigError, RunConfig, model_variant, split_model
 from .runs import (LOCK, MANIFEST, atomic_path, check_identity, check_manifest, check_out_folder, run_dirs,
                    run_lock, watch_parent, write_manifest)
+from .summary import (format_report, format_table, model_label, paired_comparisons, row_key, selection_reason,
+                      selection_score, summarize, unit)
 
 __all__ = ["Experiment", "Splits", "train", "train_run", "run_folder", "evaluate_checkpoints", "summarize",
            "format_table", "load_checkpoint", "make_accelerator", "CheckpointError", "model_label",
-           "selection_score", "unit"]
+           "selection_score", "unit", "check_decoders"]
 
 C = TypeVar("C", bound=RunConfig)
 
@@ -76,7 +82,14 @@ class Splits:
 class Experiment(abc.ABC, Generic[C]):
     """What an experiment adds to the harness.  Metrics are percentages, higher is better, unless
     ``units`` names another unit (e.g. ``{"cost_ratio": "x"}``), ``lower_is_better`` lists them, or
-    the experiment overrides ``selection_key`` (the validation order)."""
+    the experiment overrides ``selection_key`` (the validation order).
+
+    ``baselines`` pairs a constrained model with its base (``{"rnn_psl": "rnn"}``): every table then
+    reports their per-seed difference with a 95 % interval and a verdict
+    (:func:`pseudosl.experiments.summary.paired_comparisons`).  ``decoders`` names extra test-time decoders
+    (``{"constrained": "constrained"}``: config name -> label suffix) that ``evaluate(..., decoder=name)``
+    implements; ``cfg.decoders`` picks some, each adds a row per model from the same checkpoints.
+    """
 
     name: str                                  # folder under runs/, e.g. "sudoku"
     config_class: type[C]
@@ -85,6 +98,9 @@ class Experiment(abc.ABC, Generic[C]):
     paper: dict[str, dict[str, float]] = {}    # model -> metric -> the paper's value
     units: dict[str, str] = {}                 # metric -> unit shown in tables and plots (default "%")
     lower_is_better: frozenset[str] = frozenset()  # metrics where smaller is better (for model selection)
+    selection_metrics: tuple[str, ...] = ()    # validation order of the default selection (default: ``metrics``)
+    baselines: dict[str, str] = {}             # constrained model -> its base model, compared seed by seed
+    decoders: dict[str, str] = {}              # extra test-time decoders: name -> label suffix of their rows
     presets: Path                              # folder of the shipped <name>.toml presets
     curve_metrics: tuple[str, ...] = ()        # metrics plotted in curves.png (default: all of ``metrics``)
     test_curves: bool = True                   # evaluate the test split at every evaluation (False: at the end only)
@@ -111,7 +127,9 @@ class Experiment(abc.ABC, Generic[C]):
 
     @abc.abstractmethod
     def evaluate(self, model: nn.Module, data: Any, cfg: C, accelerator: Any) -> tuple[dict[str, float], Any]:
-        """Metrics (``metrics`` keys at least) and the predictions on ``data``; the model is in eval mode."""
+        """Metrics (``metrics`` keys at least) and the predictions on ``data``; the model is in eval mode.
+
+        An experiment with ``decoders`` also takes ``decoder=<name>`` (called only with a name it lists)."""
 
     def optimizer(self, model: nn.Module, cfg: C) -> torch.optim.Optimizer:
         return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -126,8 +144,12 @@ class Experiment(abc.ABC, Generic[C]):
 
     def selection_key(self, val: dict[str, float], cfg: C) -> list[float]:
         """Validation metrics -> a list compared lexicographically, larger = better (model selection);
-        by default :func:`selection_score`."""
+        by default :func:`selection_score` over :meth:`selection_order`."""
         return selection_score(self, val)
+
+    def selection_order(self, cfg: C | None = None) -> list[str]:
+        """The names of the entries of :meth:`selection_key`, in order (for tables: which metric decided)."""
+        return list(self.selection_metrics or self.metrics)
 
     def trains(self, name: str, cfg: C) -> bool:
         """Whether model ``name`` is trained (False: evaluated as built, e.g. a pretrained baseline)."""
@@ -262,8 +284,8 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
     model = exp.build_model(base, cfg)
     objective = exp.objective(model, base, cfg)
     optimizer = exp.optimizer(model, cfg)
-    state = {"epoch": 0, "history": [], "wall_s": 0.0, "best": None, "best_epoch": 0, "best_model": None,
-             "bad_evals": 0, "stopped": False}
+    state = {"epoch": 0, "history": [], "wall_s": 0.0, "cpu_s": 0.0, "best": None, "best_epoch": 0,
+             "best_model": None, "bad_evals": 0, "stopped": False}
     if resume and ckpt_path.exists():
         ckpt = load_checkpoint(ckpt_path, exp.name)
         _check_continuable(ckpt, shared, name, seed, ckpt_path)
@@ -281,13 +303,14 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
     for epoch in range(state["epoch"], cfg.epochs if exp.trains(base, cfg) else 0):
         if state["stopped"]:
             break
-        t0 = time.time()
+        t0, c0 = time.time(), time.process_time()  # wall and this process's CPU time (shared machines: both)
         # the batch order is a function of (seed, epoch) only, so a resumed run sees the same batches
         order = torch.randperm(len(splits.train), generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
         loader = accelerator.prepare(DataLoader(Subset(splits.train, order.tolist()), batch_size=cfg.batch_size))
         constrained = epoch + 1 >= cfg.constraint_start_epoch  # SL/PSL warm-up
         objective.train()
         total, count = torch.zeros((), device=accelerator.device), 0
+        part_sums: dict[str, Tensor] = {}  # per-epoch means of the objective's parts (data term, constraint term)
         bar = tqdm(loader, desc=f"{name} s{seed} ep {epoch + 1}/{cfg.epochs}", leave=False,
                    disable=not accelerator.is_main_process)
         for i, batch in enumerate(bar):
@@ -296,10 +319,13 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
             accelerator.backward(loss)
             optimizer.step()
             total, count = total + loss.detach(), count + 1
+            for k, v in parts.items():
+                part_sums[k] = part_sums.get(k, 0) + v.detach().float()
             if i % 10 == 0 or i + 1 == len(loader):  # a host sync only every 10 steps
                 bar.set_postfix(loss=f"{total.item() / count:.4f}", **{k: f"{float(v):.3f}" for k, v in parts.items()})
         record: dict[str, float] = {"epoch": epoch + 1,
                                     "train_loss": accelerator.gather(total.reshape(1) / count).mean().item()}
+        record.update({f"train_{k}": accelerator.gather(v.reshape(1) / count).mean().item() for k, v in part_sums.items()})
         if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
             for split, data in (("val", splits.val), ("test", splits.test if exp.test_curves else None)):
                 if data is not None:
@@ -313,6 +339,7 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
                     state["bad_evals"] += 1
                     state["stopped"] = cfg.patience is not None and state["bad_evals"] >= cfg.patience
         state["wall_s"] += time.time() - t0
+        state["cpu_s"] += time.process_time() - c0
         state["history"].append(record)
         state["epoch"] = epoch + 1
         accelerator.print(f"[{name} seed {seed}] epoch {epoch + 1}: " + ", ".join(
@@ -326,9 +353,12 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
     if state["best_model"] is not None:  # test the checkpoint selected on the validation split
         model.load_state_dict(state["best_model"])
     metrics, pred = _evaluate(exp, model, splits.test, cfg, accelerator)
+    decoded = {d: _evaluate(exp, model, splits.test, cfg, accelerator, decoder=d)[0] for d in cfg.decoders}
     return {"model": name, "seed": seed, **metrics, "epochs_trained": state["epoch"],
-            "selected_epoch": state["best_epoch"] or state["epoch"], "history": state["history"],
-            "wall_s": state["wall_s"], "predictions": pred}
+            "selected_epoch": state["best_epoch"] or state["epoch"],
+            "selected_on": selection_reason(exp, cfg, state["history"], state["best_epoch"]),
+            "decoded": decoded, "history": state["history"], "wall_s": state["wall_s"], "cpu_s": state["cpu_s"],
+            "predictions": pred}
 
 
 def _save(exp: Experiment, cfg: RunConfig, name: str, seed: int, state: dict, model: nn.Module,
@@ -342,69 +372,49 @@ def _save(exp: Experiment, cfg: RunConfig, name: str, seed: int, state: dict, mo
 
 
 @torch.no_grad()
-def _evaluate(exp: Experiment, model: nn.Module, data: Any, cfg: RunConfig, accelerator: Any):
+def _evaluate(exp: Experiment, model: nn.Module, data: Any, cfg: RunConfig, accelerator: Any,
+              decoder: str | None = None):
     was_training = model.training
     model.eval()
     try:
-        return exp.evaluate(model, data, cfg, accelerator)
+        if decoder is None:
+            return exp.evaluate(model, data, cfg, accelerator)
+        return exp.evaluate(model, data, cfg, accelerator, decoder=decoder)
     finally:
         model.train(was_training)
 
 
-def model_label(exp: Experiment, spec: str) -> str:
-    """Table label of a model or variant: ``"RNN + PSL (psl_weight=0.01)"``."""
-    base, overrides = split_model(spec)
-    label = exp.labels.get(base, base)
-    return label + (" (" + ", ".join(f"{k}={v}" for k, v in overrides.items()) + ")" if overrides else "")
-
-
-def selection_score(exp: Experiment, values: dict[str, float]) -> list[float]:
-    """Validation metrics as a list compared lexicographically, larger = better: ``metrics[0]``, then ties
-    broken by the next; ``lower_is_better`` metrics negated; NaN (undefined) is ``-inf``, the worst."""
-    out = []
-    for m in exp.metrics:
-        v = float(values[m])
-        out.append(-np.inf if np.isnan(v) else -v if m in exp.lower_is_better else v)
-    return out
-
-
-def unit(exp: Experiment, metric: str) -> str:
-    """The unit of ``metric`` in tables and plots (``%`` unless ``exp.units`` says otherwise)."""
-    return exp.units.get(metric, "%")
+def check_decoders(exp: Experiment, decoders: list[str]) -> None:
+    """Refuse decoders the experiment does not implement, before any work."""
+    bad = [d for d in decoders if d not in exp.decoders]
+    if bad:
+        known = ", ".join(exp.decoders) or "none (greedy decoding only)"
+        raise ConfigError(f"decoders: {exp.name} has no decoder {', '.join(map(repr, bad))}; known: {known}")
 
 
 # -- summary ----------------------------------------------------------------------------------------
-def summarize(runs: list[dict], metrics: tuple[str, ...], models: tuple[str, ...] | list[str]) -> dict[str, dict]:
-    """Mean and sample standard deviation (ddof=1; 0 for one seed) of each metric, per model.
-
-    A metric that is undefined (NaN) for some seeds is averaged over the others (NaN if it is for all)."""
-    out = {}
-    for name in models:
-        rs = [r for r in runs if r["model"] == name]
-        if not rs:
-            continue
-        row: dict[str, Any] = {"seeds": [r["seed"] for r in rs]}
-        for k in metrics:
-            v = np.array([r[k] for r in rs], dtype=float)
-            v = v[~np.isnan(v)]
-            row[f"{k}_mean"] = float(v.mean()) if len(v) else float("nan")
-            row[f"{k}_std"] = float(v.std(ddof=1)) if len(v) > 1 else 0.0 if len(v) else float("nan")
-        out[name] = row
-    return out
+def _rows(runs: list[dict], models: list[str]) -> tuple[list[dict], list[str]]:
+    """Per-run records of every table row (a model's greedy decoding, then each extra decoder) and the rows."""
+    records, keys = [], []
+    decoders = list(dict.fromkeys(d for r in runs for d in r.get("decoded", {})))
+    for decoder in [None, *decoders]:
+        for name in models:
+            key = row_key(name, decoder)
+            for r in runs:
+                if r["model"] == name and (decoder is None or decoder in r.get("decoded", {})):
+                    metrics = r["decoded"][decoder] if decoder else {}
+                    records.append({**{k: v for k, v in r.items() if k != "decoded"}, **metrics, "model": key})
+                    keys.append(key)
+    return records, list(dict.fromkeys(keys))
 
 
-def format_table(exp: Experiment, summary: dict, title: str) -> str:
-    """Model × metric (mean ± std over seeds), then the paper's values where it reports them."""
-    paper_cols = [m for m in exp.metrics if any(m in p for p in exp.paper.values())]
-    w = max([16] + [len(model_label(exp, name)) + 2 for name in summary])  # model variants have long labels
-    head = f"{'Model':<{w}}" + "".join(f"{(m + ' ' + unit(exp, m)).strip():>18}" for m in exp.metrics) + "".join(
-        f"{'paper ' + m:>18}" for m in paper_cols) + f"{'seeds':>7}"
-    lines = [title, head, "-" * len(head)]
-    for name, row in summary.items():
-        cells = "".join(f"{row[m + '_mean']:>10.2f} ± {row[m + '_std']:<5.2f}" for m in exp.metrics)
-        paper = "".join(f"{exp.paper.get(split_model(name)[0], {}).get(m, float('nan')):>18.2f}" for m in paper_cols)
-        lines.append(f"{model_label(exp, name):<{w}}{cells}{paper}{len(row['seeds']):>7}")
-    return "\n".join(lines)
+def _tables(exp: Experiment, cfg: RunConfig, runs: list[dict], models: list[str], title: str) -> dict:
+    """Summary, paired comparisons and the text of the table for ``runs`` (one config)."""
+    records, rows = _rows(runs, models)
+    summary = summarize(records, exp.metrics, rows)
+    comparisons = paired_comparisons(exp, records, rows)
+    text = format_report(exp, summary, comparisons, records, title, cfg.note, exp.selection_order(cfg))
+    return {"summary": summary, "comparisons": comparisons, "text": text}
 
 
 def _machine() -> dict:
@@ -423,6 +433,7 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
     accelerator = make_accelerator()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    check_decoders(exp, cfg.decoders)
     out = run_folder(exp, cfg)
     check_out_folder(out)
     cfg.preflight()
@@ -460,9 +471,11 @@ def _train(exp: Experiment, cfg: RunConfig, out: Path, accelerator: Any, resume:
     for r in runs:
         accelerator.print(f"[{r['model']} seed {r['seed']}] test " + ", ".join(f"{m} {r[m]:.2f}{unit(exp, m)}"
                                                                           for m in exp.metrics)
-                          + f" ({r['wall_s']:.0f}s)")
-    summary = summarize(runs, exp.metrics, cfg.models)
+                          + f" ({r['wall_s']:.0f}s, CPU {r['cpu_s']:.0f}s)")
+    tables = _tables(exp, cfg, runs, cfg.models, _title(exp, cfg, splits))
+    summary = tables["summary"]
     result = {"experiment": exp.name, "config": cfg.to_dict(), "content_key": cfg.content_key(), "summary": summary,
+              "comparisons": tables["comparisons"],
               "paper": exp.paper, "wall_s": time.time() - t0, "world_size": accelerator.num_processes,
               "machine": _machine(), "runs": [{k: v for k, v in r.items() if k != "predictions"} for r in runs]}
     if accelerator.is_main_process:
@@ -478,7 +491,7 @@ def _train(exp: Experiment, cfg: RunConfig, out: Path, accelerator: Any, resume:
             first.setdefault(r["model"], r["predictions"])
         with atomic_path(out / "examples.png") as tmp:
             exp.plot_examples(splits.test, first, tmp)
-        table = format_table(exp, summary, _title(exp, cfg, splits))
+        table = tables["text"]
         with atomic_path(out / "table.txt") as tmp:
             tmp.write_text(table + "\n")
         print(table)
@@ -521,14 +534,17 @@ def _title(exp: Experiment, cfg: RunConfig, splits: Splits) -> str:
             f"config {cfg.content_key()}, {cfg.epochs} epochs)")
 
 
-def evaluate_checkpoints(exp: Experiment, out: str | Path) -> dict:
+def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] | None = None) -> dict:
     """Re-evaluate every checkpoint under ``out`` (recursively); one table per distinct config.
 
     Runs are grouped by their config's content key and epochs, so checkpoints of different presets
     or settings are never averaged into one row.  Every checkpoint must hold the model and seed its folder
     names and the config of its run folder's ``run.json``; one (model, seed) found twice for one config
-    (a copied folder) is refused, naming both, rather than counted as two seeds.
+    (a copied folder) is refused, naming both, rather than counted as two seeds.  ``decoders`` (default:
+    each checkpoint's ``cfg.decoders``) adds a row per extra decoder, without retraining.
     """
+    if decoders is not None:
+        check_decoders(exp, decoders)
     accelerator = make_accelerator()
     paths = sorted(Path(out).rglob("checkpoint.pt"))
     if not paths:
@@ -543,6 +559,9 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path) -> dict:
         check_identity(ckpt, path)
         cfg = exp.config_class(**ckpt["config"])
         check_manifest(path.parent.parent, exp.name, cfg.content_key(), str(path))
+        if decoders is not None:
+            cfg.decoders = list(decoders)
+        check_decoders(exp, cfg.decoders)
         key = (cfg.content_key(), ckpt["config"]["epochs"])  # early-stopped and untrained runs stay in their table
         if (first := seen.setdefault((*key, ckpt["model_name"], ckpt["seed"]), path)) != path:
             raise CheckpointError(f"{path} and {first} are both {ckpt['model_name']} seed {ckpt['seed']} of config "
@@ -554,19 +573,24 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path) -> dict:
         base, run_cfg = model_variant(cfg, ckpt["model_name"])
         model = exp.build_model(base, run_cfg)
         _load_weights(model, ckpt.get("best_model") or ckpt["model"], path, ckpt["model_name"])
-        model = accelerator.prepare(model)
-        metrics, _ = _evaluate(exp, accelerator.unwrap_model(model), data_cache[cfg.content_key()].test, run_cfg, accelerator)
+        model = accelerator.unwrap_model(accelerator.prepare(model))
+        test = data_cache[cfg.content_key()].test
+        metrics, _ = _evaluate(exp, model, test, run_cfg, accelerator)
+        decoded = {d: _evaluate(exp, model, test, run_cfg, accelerator, decoder=d)[0] for d in cfg.decoders}
         groups.setdefault(key, []).append({"model": ckpt["model_name"], "seed": ckpt["seed"], "epoch": ckpt["epoch"],
-                                           "path": str(path), **metrics})
+                                           "path": str(path), **metrics, "decoded": decoded,
+                                           "selected_on": selection_reason(exp, run_cfg, ckpt["history"],
+                                                                           ckpt.get("best_epoch", 0))})
         accelerator.print(f"{path}: epoch {ckpt['epoch']}, " + ", ".join(f"{m} {metrics[m]:.2f}{unit(exp, m)}"
                                                                         for m in exp.metrics))
     tables = []
     for key, runs in groups.items():
         cfg = cfgs[key]
-        summary = summarize(runs, exp.metrics, list(dict.fromkeys(r["model"] for r in runs)))
         stopped = sorted({r["epoch"] for r in runs} - {key[1]})
         done = f", some runs stopped at epoch {', '.join(map(str, stopped))} of {key[1]}" if stopped else ""
         title = f"{exp.name} (test split; preset {cfg.preset}, config {key[0]}{done})"
-        tables.append({"config": cfg.to_dict(), "content_key": key[0], "epochs": key[1], "summary": summary, "runs": runs})
-        accelerator.print(format_table(exp, summary, title))
+        t = _tables(exp, cfg, runs, list(dict.fromkeys(r["model"] for r in runs)), title)
+        tables.append({"config": cfg.to_dict(), "content_key": key[0], "epochs": key[1], "summary": t["summary"],
+                       "comparisons": t["comparisons"], "runs": runs})
+        accelerator.print(t["text"])
     return {"tables": tables}

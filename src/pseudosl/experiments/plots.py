@@ -1,4 +1,4 @@
-"""Training curves shared by every experiment: the loss and each metric per epoch, per model and seed."""
+"""Training curves shared by every experiment: the loss terms and each metric per epoch, per model and seed."""
 
 from __future__ import annotations
 
@@ -12,48 +12,88 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 __all__ = ["plot_curves"]
 
+_MARKERS = "osD^vP*X"
+
+
+def _loss_panels(runs: list[dict]) -> list[tuple[str, str]]:
+    """(history key, title) of the loss panels: the data term and the weighted constraint term apart when the
+    objective reports them (``parts`` ``data`` / ``constraint``), else the total training loss."""
+    keys = {k for r in runs for e in r["history"] for k in e}
+    if "train_data" not in keys:
+        return [("train_loss", "training loss")]
+    panels = [("train_data", "training data term (cross-entropy / NLL)")]
+    if "train_constraint" in keys:
+        panels.append(("train_constraint", "training constraint term (weight × SL / PSL)"))
+    return panels
+
+
+def _ylim(values: list[float], percent: bool) -> tuple[float, float]:
+    """Percent axes span 0..max(5, top) so a flat line at 0 reads as 0; other axes autoscale, but include 0
+    when the values barely vary (a single point, a flat line), so no panel zooms into rounding noise."""
+    finite = [v for v in values if v == v and abs(v) != float("inf")]
+    if not finite:
+        return (0.0, 5.0 if percent else 1.0)
+    lo, hi = min(finite), max(finite)
+    if percent:
+        return (0.0, max(5.0, hi * 1.08))
+    if hi - lo <= 0.1 * max(abs(lo), abs(hi), 1e-12):
+        return (min(0.0, lo * 1.1), max(0.0, hi * 1.1) or 1.0)
+    pad = 0.06 * (hi - lo)
+    return (lo - pad, hi + pad)
+
 
 def plot_curves(runs: list[dict], metrics: tuple[str, ...], path: str | Path, labels: dict[str, str] | None = None,
                 title: str = "", units: dict[str, str] | None = None) -> None:
-    """One panel for the training loss, one per metric (test solid, validation dashed).
+    """The loss panels (:func:`_loss_panels`), then one panel per metric (test solid; validation dashed, named
+    only when there is a validation split).
 
-    One colour per model; seeds share it.  Percent axes (every metric not in ``units``) span at
-    least 0..5 so a flat line at 0 reads as 0, not as noise around it; other units autoscale.
-    Undefined (NaN) values are gaps.
+    One colour and marker per model; seeds share them.  Every point has its marker and each model is
+    shifted by a few hundredths of an epoch, so models whose curves coincide stay visible side by side.
+    Percent axes (every metric not in ``units``) span at least 0..5; see :func:`_ylim`.  Undefined (NaN)
+    values are gaps.
     """
     labels, units = labels or {}, units or {}
-    fig, axes = plt.subplots(1, 1 + len(metrics), figsize=(4.6 * (1 + len(metrics)), 4), squeeze=False)
-    ax_loss, ax_metrics = axes[0][0], axes[0][1:]
-    colors: dict[str, str] = {}
+    loss_panels = _loss_panels(runs)
+    n_panels = len(loss_panels) + len(metrics)
+    fig, axes = plt.subplots(1, n_panels, figsize=(4.6 * n_panels, 4), squeeze=False)
+    ax_loss, ax_metrics = axes[0][:len(loss_panels)], axes[0][len(loss_panels):]
+    models = list(dict.fromkeys(r["model"] for r in runs))
+    has_val = any(k.startswith("val_") for r in runs for e in r["history"] for k in e)
     for r in runs:
-        h = r["history"]
-        c = colors.setdefault(r["model"], f"C{len(colors)}")
+        j = models.index(r["model"])
+        style = dict(color=f"C{j % 10}", marker=_MARKERS[j % len(_MARKERS)], markersize=3.5, alpha=0.8, lw=1.2)
+        shift = 0.05 * (j - (len(models) - 1) / 2)
         first_seed = r["seed"] == min(x["seed"] for x in runs if x["model"] == r["model"])
         label = labels.get(r["model"], r["model"]) if first_seed else None
-        ax_loss.plot([e["epoch"] for e in h], [e["train_loss"] for e in h], color=c, alpha=0.8, label=label)
+        for ax, (key, _) in zip(ax_loss, loss_panels):
+            ev = [e for e in r["history"] if key in e]
+            if ev:
+                ax.plot([e["epoch"] + shift for e in ev], [e[key] for e in ev], label=label, **style)
         for ax, m in zip(ax_metrics, metrics):
-            for split, style in (("test", "-"), ("val", "--")):
-                ev = [e for e in h if f"{split}_{m}" in e]
+            for split, ls in (("test", "-"), ("val", "--")):
+                ev = [e for e in r["history"] if f"{split}_{m}" in e]
                 if ev:
-                    n_finite = sum(e[f"{split}_{m}"] == e[f"{split}_{m}"] for e in ev)  # NaN: a gap
-                    ax.plot([e["epoch"] for e in ev], [e[f"{split}_{m}"] for e in ev], style, color=c, alpha=0.8,
-                            label=label if split == "test" else None, marker="o" if n_finite < 3 else None)
-    losses = [e["train_loss"] for r in runs for e in r["history"]]
-    ax_loss.set(xlabel="epoch", ylabel="training loss", title="training loss",
-                yscale="log" if losses and min(losses) > 0 else "linear")
+                    ax.plot([e["epoch"] + shift for e in ev], [e[f"{split}_{m}"] for e in ev], ls=ls,
+                            label=label if split == "test" else None, **style)
+    for ax, (key, name) in zip(ax_loss, loss_panels):
+        losses = [e[key] for r in runs for e in r["history"] if key in e]
+        ax.set(xlabel="epoch", ylabel=name.split(" (")[0], title=name,
+               yscale="log" if losses and min(losses) > 0 else "linear")
     for ax, m in zip(ax_metrics, metrics):
         vals = [e[k] for r in runs for e in r["history"] for k in (f"test_{m}", f"val_{m}") if k in e]
         unit = units.get(m, "%")
-        top = max([v for v in vals if v == v and abs(v) != float("inf")], default=0.0) * 1.08
-        ax.set(xlabel="epoch", ylabel=f"{m} ({unit})" if unit else m, title=f"{m} (solid: test, dashed: validation)",
-               ylim=(0, max(5.0, top) if unit == "%" else top or 1.0))
+        split_note = "solid: test, dashed: validation" if has_val else "test split"
+        ax.set(xlabel="epoch", ylabel=f"{m} ({unit})" if unit else m, title=f"{m} ({split_note})",
+               ylim=_ylim(vals, unit == "%"))
     for ax in axes[0]:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     if title:
-        fig.suptitle(title)
+        most = 0.05 * (len(models) - 1) / 2
+        fig.suptitle(title + (f"  (models shifted by up to ±{most:.2f} epoch so that equal curves stay visible)"
+                              if len(models) > 1 else ""), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

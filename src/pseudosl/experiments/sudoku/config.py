@@ -30,7 +30,9 @@ class SudokuConfig(RunConfig):
     n_train: int = spec(9000, min=1)
     n_test: int = spec(1000, min=1)
     n_val: int = spec(0, min=0, help="validation puzzles (after the test ones) for model selection; 0 = none")
-    n_missing: int = spec(10, min=1, max=64, help="blank cells per generated puzzle (paper: 10)")
+    size: int = spec(9, choices=(4, 6, 9), help="the board's side: 9 (the paper), 6 (2 x 3 boxes) or 4 (2 x 2 boxes)")
+    n_missing: int = spec(10, min=1, max=64, help="blank cells per generated puzzle (paper: 10); at most "
+                                                  "size^2 minus the fewest givens of a unique puzzle (4, 8, 17)")
     satnet_dist: bool = spec(False, help="generate with 31..42 givens (SATNet's distribution) instead of n_missing")
     data_seed: int = spec(1234, min=0, help="seed of the generated data set (the same for every model seed)")
     # optimisation (paper: Adam, lr 3e-4)
@@ -54,8 +56,16 @@ class SudokuConfig(RunConfig):
     rnn_dropout: float = spec(0.2, min=0.0, max=0.99)
 
     def check(self) -> None:
+        from .data import MIN_GIVENS
         if not (self.data == "generate" or self.data.startswith(("satnet:", "csv:"))):
             raise ConfigError(f"data = {self.data!r}: expected 'generate', 'satnet:<dir>' or 'csv:<file>'")
+        most = self.size ** 2 - MIN_GIVENS[self.size]
+        if self.data == "generate" and not self.satnet_dist and self.n_missing > most:
+            raise ConfigError(f"n_missing = {self.n_missing}: a unique {self.size}x{self.size} puzzle has at most "
+                              f"{most} blanks; lower n_missing or raise size")
+        if self.size != 9 and (self.satnet_dist or self.data.startswith("satnet:")):
+            raise ConfigError(f"size = {self.size}: SATNet's puzzles (data = 'satnet:...', satnet_dist) are 9x9; "
+                              f"use size = 9, or data = 'generate' / 'csv:<file>'")
 
 
 def preset_path(name: str) -> Path:

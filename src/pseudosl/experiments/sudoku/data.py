@@ -1,48 +1,79 @@
 """Sudoku puzzles: a generator with unique solutions, SATNet / CSV loaders and a disk cache.
 
-A data set is a pair of ``int64`` tensors of shape ``(N, 81)`` in row-major order:
-``puzzles`` with digits ``1..9`` for givens and ``0`` for blanks, ``solutions`` with
-digits ``1..9``.  (Models see digits as classes ``0..8``: ``solution - 1``.)
+Boards are ``size x size`` with ``size`` in :data:`SIZES` (4, 6 or 9; 9 is the paper's), split into
+boxes of :func:`box_shape` ``(size)`` rows x columns: 2 x 2 for 4, 2 x 3 for 6, 3 x 3 for 9.  A data
+set is a pair of ``int64`` tensors of shape ``(N, size**2)`` in row-major order: ``puzzles`` with
+digits ``1..size`` for givens and ``0`` for blanks, ``solutions`` with digits ``1..size``.  (Models
+see digits as classes ``0..size-1``: ``solution - 1``.)
 
 Generation (deterministic by seed, numpy only):
 
 1. full grids: a small pool of grids built by randomized bitmask backtracking, each
    puzzle then draws one and applies a random Sudoku symmetry (digit relabelling,
-   rows within bands, bands, columns within stacks, stacks, transpose);
+   rows within bands, bands, columns within stacks, stacks, and a transpose when the
+   boxes are square);
 2. holes: blank ``n_missing`` random cells at once, count solutions (bitmask
    backtracking with the fewest-candidates rule, stop at 2); while there are two,
    restore one blank cell where the two solutions differ.  The result has a unique
-   solution; with 10 blanks a restore is almost never needed.
+   solution; with 10 blanks of 81 a restore is almost never needed, on small boards
+   it often is (a 4 x 4 puzzle with 10 blanks keeps 7-10 of them).
 
-``satnet=True`` draws the number of givens uniformly from 31..42 (SATNet's range,
-mean 36.5) instead of a fixed ``n_missing``.
+``satnet=True`` (9 x 9 only) draws the number of givens uniformly from 31..42 (SATNet's
+range, mean 36.5) instead of a fixed ``n_missing``.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import math
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["SudokuData", "generate", "augment", "count_solutions", "is_valid_solution", "load_satnet", "load_csv",
-           "save_satnet", "save_csv", "load_or_generate", "default_data_dir"]
+__all__ = ["SudokuData", "SIZES", "MIN_GIVENS", "box_shape", "board_size", "generate", "augment",
+           "count_solutions", "is_valid_solution", "load_satnet", "load_csv", "save_satnet", "save_csv",
+           "load_or_generate", "default_data_dir"]
 
-_ROW = np.arange(81) // 9
-_COL = np.arange(81) % 9
-_BOX = (_ROW // 3) * 3 + _COL // 3
-_FULL = 0x1FF  # nine bits, bit d-1 = digit d
+SIZES = (4, 6, 9)
+MIN_GIVENS = {4: 4, 6: 8, 9: 17}  # the fewest givens of a puzzle with a unique solution (known results)
+
+
+def box_shape(size: int) -> tuple[int, int]:
+    """Rows and columns of a box: the largest divisor of ``size`` up to its square root, times the rest."""
+    if size not in SIZES:
+        raise ValueError(f"size = {size!r}: expected one of {', '.join(map(str, SIZES))} (the board's side)")
+    r = max(d for d in range(1, math.isqrt(size) + 1) if size % d == 0)
+    return r, size // r
+
+
+def board_size(n_cells: int) -> int:
+    """The side of a board of ``n_cells`` cells (16 -> 4, 36 -> 6, 81 -> 9), or a named error."""
+    side = math.isqrt(n_cells)
+    if side * side != n_cells or side not in SIZES:
+        raise ValueError(f"{n_cells} cells is not a Sudoku board; expected {', '.join(str(s * s) for s in SIZES)} "
+                         f"cells (sides {', '.join(map(str, SIZES))})")
+    return side
+
+
+@lru_cache(maxsize=None)
+def _geometry(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row, column and box index of every cell, ``(size**2,)`` each."""
+    br, bc = box_shape(size)
+    cell = np.arange(size * size)
+    row, col = cell // size, cell % size
+    return row, col, (row // br) * br + col // bc
 
 
 @dataclass
 class SudokuData:
-    puzzles: Tensor    # (N, 81) int64, 0 = blank
-    solutions: Tensor  # (N, 81) int64, 1..9
+    puzzles: Tensor    # (N, size**2) int64, 0 = blank
+    solutions: Tensor  # (N, size**2) int64, 1..size
 
     def __len__(self) -> int:
         return int(self.puzzles.shape[0])
@@ -50,37 +81,44 @@ class SudokuData:
     def __getitem__(self, idx) -> "SudokuData":
         return SudokuData(self.puzzles[idx], self.solutions[idx])
 
+    @property
+    def size(self) -> int:
+        return board_size(int(self.puzzles.shape[1]))
+
 
 # -- solving --------------------------------------------------------------------------------
 def count_solutions(grid, limit: int = 2, rng: np.random.Generator | None = None) -> tuple[int, list[list[int]]]:
-    """Number of completions of ``grid`` (81 ints, 0 = blank), up to ``limit``, and the completions found.
+    """Number of completions of ``grid`` (``size**2`` ints, 0 = blank), up to ``limit``, and the completions found.
 
     Bitmask backtracking: always branch on the blank cell with the fewest candidates.
     With ``rng`` the candidate digits are tried in random order (used to build random grids).
     """
     g = [int(v) for v in grid]
-    rows, cols, boxes = [0] * 9, [0] * 9, [0] * 9
+    size = board_size(len(g))
+    full = (1 << size) - 1  # bit d-1 = digit d
+    row, col, box = _geometry(size)
+    rows, cols, boxes = [0] * size, [0] * size, [0] * size
     blanks = []
     for i, v in enumerate(g):
         if v:
             bit = 1 << (v - 1)
-            r, c, b = _ROW[i], _COL[i], _BOX[i]
+            r, c, b = row[i], col[i], box[i]
             if (rows[r] | cols[c] | boxes[b]) & bit:
                 return 0, []  # the givens already clash
             rows[r] |= bit; cols[c] |= bit; boxes[b] |= bit
         else:
             blanks.append(i)
-    rc = [(int(_ROW[i]), int(_COL[i]), int(_BOX[i])) for i in range(81)]
+    rc = [(int(row[i]), int(col[i]), int(box[i])) for i in range(len(g))]
     found: list[list[int]] = []
 
     def solve(todo: list[int]) -> bool:  # returns True once `limit` solutions are found
         if not todo:
             found.append(list(g))
             return len(found) >= limit
-        best, best_mask, best_n = -1, 0, 10
+        best, best_mask, best_n = -1, 0, size + 1
         for j, i in enumerate(todo):
             r, c, b = rc[i]
-            m = _FULL & ~(rows[r] | cols[c] | boxes[b])
+            m = full & ~(rows[r] | cols[c] | boxes[b])
             n = bin(m).count("1")
             if n < best_n:
                 best, best_mask, best_n = j, m, n
@@ -91,7 +129,7 @@ def count_solutions(grid, limit: int = 2, rng: np.random.Generator | None = None
         i = todo[best]
         rest = todo[:best] + todo[best + 1:]
         r, c, b = rc[i]
-        digits = [d for d in range(1, 10) if best_mask >> (d - 1) & 1]
+        digits = [d for d in range(1, size + 1) if best_mask >> (d - 1) & 1]
         if rng is not None:
             rng.shuffle(digits)
         for d in digits:
@@ -110,84 +148,102 @@ def count_solutions(grid, limit: int = 2, rng: np.random.Generator | None = None
 
 
 def is_valid_solution(grid) -> bool:
-    """True iff ``grid`` (81 digits 1..9) has distinct digits in every row, column and box."""
-    g = np.asarray(grid).reshape(9, 9)
-    if g.min() < 1 or g.max() > 9:
+    """True iff ``grid`` (``size**2`` digits 1..size) has distinct digits in every row, column and box."""
+    g = np.asarray(grid).reshape(-1)
+    size = board_size(g.size)
+    if g.min() < 1 or g.max() > size:
         return False
-    boxes = g.reshape(3, 3, 3, 3).transpose(0, 2, 1, 3).reshape(9, 9)
-    return all(len(set(u.tolist())) == 9 for m in (g, g.T, boxes) for u in m)
+    row, col, box = _geometry(size)
+    return all(len(set(g[idx == u].tolist())) == size for idx in (row, col, box) for u in range(size))
 
 
 # -- generation -------------------------------------------------------------------------------
-def _random_full_grid(rng: np.random.Generator) -> np.ndarray:
-    n, sols = count_solutions([0] * 81, limit=1, rng=rng)
+def _random_full_grid(rng: np.random.Generator, size: int) -> np.ndarray:
+    n, sols = count_solutions([0] * (size * size), limit=1, rng=rng)
     assert n == 1
     return np.asarray(sols[0], dtype=np.int64)
 
 
 def _random_symmetry(grids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Apply an independent random validity-preserving transformation to each grid ``(N, 9, 9)``."""
-    n = grids.shape[0]
+    """Apply an independent random validity-preserving transformation to each grid ``(N, size, size)``."""
+    n, size = grids.shape[0], grids.shape[1]
+    br, bc = box_shape(size)
 
-    def perm_in_blocks() -> np.ndarray:  # (n, 9): permute blocks of 3, then within each block
-        blocks = np.argsort(rng.random((n, 3)), axis=1)
-        inner = np.argsort(rng.random((n, 3, 3)), axis=2)
-        return (blocks[:, :, None] * 3 + np.take_along_axis(inner, blocks[:, :, None].repeat(3, 2), 1)).reshape(n, 9)
+    def perm_in_blocks(block: int) -> np.ndarray:  # (n, size): permute blocks of `block`, then within each
+        k = size // block
+        blocks = np.argsort(rng.random((n, k)), axis=1)
+        inner = np.argsort(rng.random((n, k, block)), axis=2)
+        return (blocks[:, :, None] * block
+                + np.take_along_axis(inner, blocks[:, :, None].repeat(block, 2), 1)).reshape(n, size)
 
-    rows, cols = perm_in_blocks(), perm_in_blocks()
+    rows, cols = perm_in_blocks(br), perm_in_blocks(bc)  # rows move within bands (box height), columns within stacks
     ar = np.arange(n)[:, None, None]
     out = grids[ar, rows[:, :, None], cols[:, None, :]]
-    flip = rng.random(n) < 0.5
-    out[flip] = out[flip].transpose(0, 2, 1)
-    relabel = np.concatenate([np.zeros((n, 1), np.int64), 1 + np.argsort(rng.random((n, 9)), axis=1)], axis=1)
-    return np.take_along_axis(relabel, out.reshape(n, 81), 1).reshape(n, 9, 9)
+    if br == bc:  # a transpose maps boxes to boxes only when they are square
+        flip = rng.random(n) < 0.5
+        out[flip] = out[flip].transpose(0, 2, 1)
+    relabel = np.concatenate([np.zeros((n, 1), np.int64), 1 + np.argsort(rng.random((n, size)), axis=1)], axis=1)
+    return np.take_along_axis(relabel, out.reshape(n, size * size), 1).reshape(n, size, size)
 
 
 def augment(puzzles: Tensor, solutions: Tensor) -> tuple[Tensor, Tensor]:
-    """The same random validity-preserving transformation on each puzzle and its solution ``(B, 81)``.
+    """The same random validity-preserving transformation on each puzzle and its solution ``(B, size**2)``.
 
-    Per example: digit relabelling, rows within bands, bands, columns within stacks, stacks, and a
-    transpose with probability 1/2 (torch's global RNG, on the batch's device).  Blanks stay blanks,
-    so a puzzle stays a puzzle with the same number of givens and a unique solution.
+    Per example: digit relabelling, rows within bands, bands, columns within stacks, stacks, and (square
+    boxes) a transpose with probability 1/2 (torch's global RNG, on the batch's device).  Blanks stay
+    blanks, so a puzzle stays a puzzle with the same number of givens and a unique solution.
     """
     b, dev = puzzles.shape[0], puzzles.device
+    size = board_size(int(puzzles.shape[1]))
+    br, bc = box_shape(size)
 
-    def perm_in_blocks() -> Tensor:  # (B, 9): permute the 3 blocks, then within each block
-        blocks = torch.rand(b, 3, device=dev).argsort(1)
-        inner = torch.rand(b, 3, 3, device=dev).argsort(2)
-        return (blocks[:, :, None] * 3 + inner.gather(1, blocks[:, :, None].expand(b, 3, 3))).reshape(b, 9)
+    def perm_in_blocks(block: int) -> Tensor:  # (B, size): permute the blocks, then within each block
+        k = size // block
+        blocks = torch.rand(b, k, device=dev).argsort(1)
+        inner = torch.rand(b, k, block, device=dev).argsort(2)
+        return (blocks[:, :, None] * block + inner.gather(1, blocks[:, :, None].expand(b, k, block))).reshape(b, size)
 
-    rows, cols = perm_in_blocks(), perm_in_blocks()
-    cell = rows[:, :, None] * 9 + cols[:, None, :]                        # (B, 9, 9) source cell
-    flip = torch.rand(b, device=dev) < 0.5
-    cell = torch.where(flip[:, None, None], cell.transpose(1, 2), cell).reshape(b, 81)
+    rows, cols = perm_in_blocks(br), perm_in_blocks(bc)
+    cell = rows[:, :, None] * size + cols[:, None, :]                     # (B, size, size) source cell
+    if br == bc:
+        flip = torch.rand(b, device=dev) < 0.5
+        cell = torch.where(flip[:, None, None], cell.transpose(1, 2), cell)
+    cell = cell.reshape(b, size * size)
     relabel = torch.cat([torch.zeros(b, 1, dtype=torch.long, device=dev),
-                         1 + torch.rand(b, 9, device=dev).argsort(1)], 1)  # (B, 10), 0 -> 0
+                         1 + torch.rand(b, size, device=dev).argsort(1)], 1)  # (B, size + 1), 0 -> 0
     out = [relabel.gather(1, g.gather(1, cell)) for g in (puzzles, solutions)]
     return out[0], out[1]
 
 
-def generate(n: int, n_missing: int = 10, seed: int = 0, satnet: bool = False, pool: int = 64) -> SudokuData:
+def generate(n: int, n_missing: int = 10, seed: int = 0, satnet: bool = False, pool: int = 64,
+             size: int = 9) -> SudokuData:
     """``n`` puzzles with a unique solution each.
 
     Args:
         n: number of puzzles.
-        n_missing: blank cells per puzzle (ignored when ``satnet``), 1..64.
+        n_missing: blank cells per puzzle (ignored when ``satnet``), ``1 .. size**2 - MIN_GIVENS[size]``.
         seed: everything is a function of the seed.
-        satnet: draw the number of givens uniformly from 31..42 (SATNet's distribution).
+        satnet: draw the number of givens uniformly from 31..42 (SATNet's distribution; 9 x 9 only).
         pool: number of backtracking-built base grids the symmetries are applied to.
+        size: the board's side, one of :data:`SIZES`.
     """
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
-    if not satnet and not (1 <= n_missing <= 64):
-        raise ValueError(f"n_missing must be in 1..64 (a unique 9x9 Sudoku needs >= 17 givens), got {n_missing!r}")
+    box_shape(size)  # a named error for a bad size
+    most = size * size - MIN_GIVENS[size]
+    if not satnet and not (1 <= n_missing <= most):
+        raise ValueError(f"n_missing must be in 1..{most} (a unique {size}x{size} Sudoku needs >= "
+                         f"{MIN_GIVENS[size]} givens), got {n_missing!r}")
+    if satnet and size != 9:
+        raise ValueError(f"satnet = True draws SATNet's 9x9 distribution of givens; size = {size}")
+    cells = size * size
     rng = np.random.default_rng(seed)
-    bases = np.stack([_random_full_grid(rng) for _ in range(pool)]).reshape(pool, 9, 9)
-    sol = _random_symmetry(bases[rng.integers(0, pool, n)], rng).reshape(n, 81)
-    holes = 81 - rng.integers(31, 43, n) if satnet else np.full(n, n_missing)
+    bases = np.stack([_random_full_grid(rng, size) for _ in range(pool)]).reshape(pool, size, size)
+    sol = _random_symmetry(bases[rng.integers(0, pool, n)], rng).reshape(n, cells)
+    holes = cells - rng.integers(31, 43, n) if satnet else np.full(n, n_missing)
     puzzles = sol.copy()
     for k in range(n):
-        blank = rng.permutation(81)[: holes[k]]
+        blank = rng.permutation(cells)[: holes[k]]
         p = puzzles[k]
         p[blank] = 0
         while True:
@@ -210,15 +266,15 @@ def default_data_dir() -> Path:
 
 
 def load_or_generate(n: int, n_missing: int, seed: int, satnet: bool = False,
-                     data_dir: str | Path | None = None) -> SudokuData:
+                     data_dir: str | Path | None = None, size: int = 9) -> SudokuData:
     """:func:`generate`, cached as ``<data_dir>/gen-<hash>.pt`` (never inside the repository by default)."""
-    key = f"v1-n{n}-m{n_missing}-s{seed}-satnet{int(satnet)}"
+    key = f"v1-n{n}-m{n_missing}-s{seed}-satnet{int(satnet)}" + (f"-size{size}" if size != 9 else "")
     path = Path(data_dir or default_data_dir()) / f"gen-{hashlib.sha1(key.encode()).hexdigest()[:12]}.pt"
     if path.exists():
         d = torch.load(path, weights_only=True)
         if d.get("key") == key:
             return SudokuData(d["puzzles"], d["solutions"])
-    data = generate(n, n_missing, seed, satnet)
+    data = generate(n, n_missing, seed, satnet, size=size)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     torch.save({"key": key, "puzzles": data.puzzles, "solutions": data.solutions}, tmp)
@@ -271,7 +327,9 @@ def load_satnet(directory: str | Path) -> SudokuData:
 
 
 def save_satnet(data: SudokuData, directory: str | Path) -> None:
-    """Write ``features.pt`` / ``labels.pt`` in SATNet's ``(N, 9, 9, 9)`` one-hot layout."""
+    """Write ``features.pt`` / ``labels.pt`` in SATNet's ``(N, 9, 9, 9)`` one-hot layout (9 x 9 boards only)."""
+    if data.size != 9:
+        raise ValueError(f"SATNet's layout holds 9x9 boards; these are {data.size}x{data.size} (use save_csv)")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     eye = torch.cat([torch.zeros(1, 9), torch.eye(9)])
@@ -279,10 +337,12 @@ def save_satnet(data: SudokuData, directory: str | Path) -> None:
     torch.save(eye[data.solutions].reshape(-1, 9, 9, 9), directory / "labels.pt")
 
 
-def load_csv(path: str | Path) -> SudokuData:
-    """A CSV with exactly the columns ``quiz,solution``: 81-character strings, ``0`` or ``.`` for blanks;
-    header optional.  Errors name the file's line number."""
+def load_csv(path: str | Path, size: int = 9) -> SudokuData:
+    """A CSV with exactly the columns ``quiz,solution``: ``size**2``-character strings (81 for 9 x 9), ``0`` or
+    ``.`` for blanks; header optional.  Errors name the file's line number."""
     path = Path(path)
+    box_shape(size)  # a named error for a bad size
+    cells, top = size * size, str(size)
     puzzles, solutions, lines = [], [], []
     with open(path, newline="") as f:
         reader = csv.reader(f)
@@ -298,9 +358,10 @@ def load_csv(path: str | Path) -> SudokuData:
                                  f"got {len(row)}: {row!r}"[:300])
             q, s = row[0].strip().replace(".", "0"), row[1].strip()
             for name, text, lo in (("quiz", q, "0"), ("solution", s, "1")):
-                if len(text) != 81 or not all(lo <= ch <= "9" for ch in text):
-                    raise ValueError(f"{path}, line {line}: {name} must be 81 digits "
-                                     f"({'0 or . for blanks' if name == 'quiz' else '1-9'}); got {text[:90]!r}")
+                if len(text) != cells or not all(lo <= ch <= top for ch in text):
+                    raise ValueError(f"{path}, line {line}: {name} must be {cells} digits "
+                                     f"({'0 or . for blanks' if name == 'quiz' else f'1-{top}'}) for a {size}x{size} "
+                                     f"board (size = {size}); got {text[:90]!r}")
             if set(q) == {"0"}:
                 raise ValueError(f"{path}, line {line}: the quiz is all blanks (no givens)")
             puzzles.append([int(ch) for ch in q])

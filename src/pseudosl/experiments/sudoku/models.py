@@ -1,5 +1,8 @@
 """The four Sudoku models of the paper's Table 1 (two networks; the losses differ).
 
+Shapes are for the paper's 9 x 9 boards; a board of side ``s`` (``size``: 4, 6 or 9) has ``s**2`` cells
+and ``s`` digits in place of 81 and 9.
+
 * ``ConvNet``: non-autoregressive; all 81 cells at once from the puzzle one-hot
   ``(B, 10, 9, 9)`` (channel 0 = blank, channels 1..9 = digits) -> logits ``(B, 81, 9)``.
   Residual 3x3 convolutions, then a linear layer over the flattened feature map so
@@ -29,42 +32,47 @@ from pseudosl.psl import RecurrentDecoder
 __all__ = ["ConvNet", "SudokuRNN", "puzzle_one_hot", "build_model"]
 
 
-def puzzle_one_hot(puzzles: Tensor) -> Tensor:
-    """``(B, 81)`` digits with 0 = blank -> ``(B, 81, 10)`` float one-hot."""
-    return F.one_hot(puzzles, 10).float()
+def puzzle_one_hot(puzzles: Tensor, size: int = 9) -> Tensor:
+    """``(B, size**2)`` digits with 0 = blank -> ``(B, size**2, size + 1)`` float one-hot."""
+    return F.one_hot(puzzles, size + 1).float()
 
 
 class ConvNet(nn.Module):
-    def __init__(self, channels: int = 64, layers: int = 6, dropout: float = 0.0) -> None:
+    def __init__(self, channels: int = 64, layers: int = 6, dropout: float = 0.0, size: int = 9) -> None:
         super().__init__()
+        self.size = size
         self.dropout = nn.Dropout2d(dropout)
-        self.inp = nn.Conv2d(10, channels, 3, padding=1)
+        self.inp = nn.Conv2d(size + 1, channels, 3, padding=1)
         self.blocks = nn.ModuleList(nn.Conv2d(channels, channels, 3, padding=1) for _ in range(layers))
         self.norms = nn.ModuleList(nn.BatchNorm2d(channels) for _ in range(layers))
         self.squeeze = nn.Conv2d(channels, 16, 1)
-        self.head = nn.Linear(16 * 81, 81 * 9)
-        self.local = nn.Conv2d(channels, 9, 1)  # per-cell path, so copying a given is easy
+        self.head = nn.Linear(16 * size * size, size * size * size)
+        self.local = nn.Conv2d(channels, size, 1)  # per-cell path, so copying a given is easy
 
     def forward(self, puzzles: Tensor) -> Tensor:
-        x = puzzle_one_hot(puzzles).transpose(1, 2).reshape(-1, 10, 9, 9)  # (B, 10, 9, 9)
+        s = self.size
+        x = puzzle_one_hot(puzzles, s).transpose(1, 2).reshape(-1, s + 1, s, s)  # (B, 10, 9, 9)
         h = F.relu(self.inp(x))
         for conv, norm in zip(self.blocks, self.norms):
             h = h + F.relu(norm(conv(h)))                                     # (B, C, 9, 9)
         h = self.dropout(h)
-        glob = self.head(F.relu(self.squeeze(h)).flatten(1)).view(-1, 81, 9)
+        glob = self.head(F.relu(self.squeeze(h)).flatten(1)).view(-1, s * s, s)
         local = self.local(h).flatten(2).transpose(1, 2)                     # (B, 81, 9)
         return glob + local                                                  # logits (B, 81, 9)
 
 
 class SudokuRNN(nn.Module):
-    def __init__(self, hidden: int = 128, layers: int = 5, dropout: float = 0.2, cell: str = "rnn") -> None:
+    def __init__(self, hidden: int = 128, layers: int = 5, dropout: float = 0.2, cell: str = "rnn",
+                 size: int = 9) -> None:
         super().__init__()
-        self.decoder = RecurrentDecoder(n_values=9, length=81, hidden_size=hidden, num_layers=layers, cell=cell,
-                                        nonlinearity="tanh", dropout=dropout, context_dim=810, step_dim=10)
+        self.size = size
+        cells = size * size
+        self.decoder = RecurrentDecoder(n_values=size, length=cells, hidden_size=hidden, num_layers=layers, cell=cell,
+                                        nonlinearity="tanh", dropout=dropout, context_dim=cells * (size + 1),
+                                        step_dim=size + 1)
 
-    @staticmethod
-    def conditioning(puzzles: Tensor) -> tuple[Tensor, Tensor]:
-        oh = puzzle_one_hot(puzzles)              # (B, 81, 10)
+    def conditioning(self, puzzles: Tensor) -> tuple[Tensor, Tensor]:
+        oh = puzzle_one_hot(puzzles, self.size)   # (B, 81, 10)
         return oh.flatten(1), oh                  # context (B, 810), step_inputs (B, 81, 10)
 
     def forward(self, puzzles: Tensor, solutions: Tensor) -> Tensor:
@@ -90,7 +98,7 @@ class SudokuRNN(nn.Module):
 def build_model(name: str, cfg) -> nn.Module:
     """``convnet`` / ``convnet_sl`` -> :class:`ConvNet`; ``rnn`` / ``rnn_psl`` -> :class:`SudokuRNN`."""
     if name in ("convnet", "convnet_sl"):
-        return ConvNet(cfg.conv_channels, cfg.conv_layers, cfg.conv_dropout)
+        return ConvNet(cfg.conv_channels, cfg.conv_layers, cfg.conv_dropout, cfg.size)
     if name in ("rnn", "rnn_psl"):
-        return SudokuRNN(cfg.rnn_hidden, cfg.rnn_layers, cfg.rnn_dropout)
+        return SudokuRNN(cfg.rnn_hidden, cfg.rnn_layers, cfg.rnn_dropout, size=cfg.size)
     raise ValueError(f"unknown model {name!r}; choose from convnet, convnet_sl, rnn, rnn_psl")

@@ -5,9 +5,11 @@
     accelerate launch -m pseudosl.cli sudoku train --quick
 
 Models (``models.py``): ``convnet`` (cross-entropy), ``convnet_sl`` (+ semantic loss),
-``rnn`` (teacher-forced cross-entropy), ``rnn_psl`` (+ pseudo-semantic loss).  Metrics, greedy
-decoding on the test split: Exact (grid == solution), Consistent (all 27 groups distinct and the
-givens kept) and the accuracy on blank cells.  Seeds, run folders, checkpoints, ``--resume``,
+``rnn`` (teacher-forced cross-entropy), ``rnn_psl`` (+ pseudo-semantic loss).  Boards of side
+``cfg.size`` (9, or 4 / 6 for the CPU regime).  Metrics, greedy decoding on the test split: Exact
+(grid == the stored solution), Consistent (every row, column and box distinct and the givens kept:
+a valid completion, whichever) and the accuracy on blank cells.  Generated puzzles have a unique
+solution, so there Exact = Consistent; on loaded puzzles with several completions they differ.  Seeds, run folders, checkpoints, ``--resume``,
 results, tables and curves come from :mod:`pseudosl.experiments.harness`.
 """
 
@@ -44,11 +46,13 @@ def load_data(cfg: SudokuConfig) -> tuple[SudokuData, SudokuData | None, SudokuD
     (so the test split is the same whatever ``n_val``)."""
     n = cfg.n_train + cfg.n_test + cfg.n_val
     if cfg.data == "generate":
-        data = load_or_generate(n, cfg.n_missing, cfg.data_seed, cfg.satnet_dist, cfg.data_dir)
+        data = load_or_generate(n, cfg.n_missing, cfg.data_seed, cfg.satnet_dist, cfg.data_dir, cfg.size)
     elif cfg.data.startswith("satnet:"):
         data = load_satnet(cfg.data.split(":", 1)[1])
     else:
-        data = load_csv(cfg.data.split(":", 1)[1])
+        data = load_csv(cfg.data.split(":", 1)[1], cfg.size)
+    if data.size != cfg.size:
+        raise ValueError(f"{cfg.data}: {data.size}x{data.size} puzzles, but size = {cfg.size}; set size = {data.size}")
     if len(data) < n:
         raise ValueError(f"{cfg.data}: {len(data)} puzzles, but n_train + n_test + n_val = {n}; lower them")
     a, b = cfg.n_train, cfg.n_train + cfg.n_test
@@ -59,13 +63,15 @@ def load_data(cfg: SudokuConfig) -> tuple[SudokuData, SudokuData | None, SudokuD
 class Objective(nn.Module):
     """Cross-entropy on the solution + weight x (SL or PSL); ``forward`` returns ``(loss, parts)``.
 
+    ``parts``: ``data`` (the cross-entropy), ``constraint`` (weight x SL/PSL, the term added to the
+    loss) and the unweighted ``sl`` / ``psl`` (the harness logs and plots them per epoch).
     Wrapping the loss in a module lets ``accelerator.prepare`` (DDP) see every parameter use.
     """
 
     def __init__(self, model: nn.Module, name: str, cfg: SudokuConfig) -> None:
         super().__init__()
         self.model, self.name, self.cfg = model, name, cfg
-        self.circuit = sudoku_circuit() if name in ("convnet_sl", "rnn_psl") else None
+        self.circuit = sudoku_circuit(cfg.size) if name in ("convnet_sl", "rnn_psl") else None
 
     def forward(self, puzzles: Tensor, solutions: Tensor, constrained: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
         if self.cfg.augment and self.training:
@@ -75,8 +81,8 @@ class Objective(nn.Module):
             logits = self.model(puzzles, solutions)                       # teacher forcing, (B, 81, 9)
         else:
             logits = self.model(puzzles)                                  # (B, 81, 9)
-        ce = F.cross_entropy(logits.reshape(-1, 9), target.reshape(-1))
-        parts = {"ce": ce.detach()}
+        ce = F.cross_entropy(logits.reshape(-1, self.cfg.size), target.reshape(-1))
+        parts = {"data": ce.detach()}
         loss = ce
         if not constrained:  # warm-up epochs before cfg.constraint_start_epoch: cross-entropy only
             return loss, parts
@@ -84,9 +90,9 @@ class Objective(nn.Module):
         if self.name == "convnet_sl":
             sl = pseudosl.semantic_loss(self.circuit, logits, allowed=self._allowed(puzzles), condition=condition)
             loss = loss + self.cfg.sl_weight * sl
-            parts["sl"] = sl.detach()
+            parts.update(constraint=self.cfg.sl_weight * sl.detach(), sl=sl.detach())
         elif self.name == "rnn_psl":
-            m = self.cfg.psl_examples or puzzles.shape[0]                 # PSL on a sub-batch (cost: 81*9 neighbours)
+            m = self.cfg.psl_examples or puzzles.shape[0]                 # PSL on a sub-batch (cost knob)
             p = puzzles[:m]
             sample = self.model.generate(p, greedy=False)                 # y ~ p(. | x, givens kept) (train mode), (m, 81)
             # the pseudo-semantic loss: the semantic loss of the local conditionals p(y_i | y_-i, x),
@@ -95,7 +101,7 @@ class Objective(nn.Module):
             psl = pseudosl.pseudo_semantic_loss(self.model.engine(p), self.circuit, sample - 1,
                                                 allowed=self._allowed(p), condition=condition)
             loss = loss + self.cfg.psl_weight * psl
-            parts["psl"] = psl.detach()
+            parts.update(constraint=self.cfg.psl_weight * psl.detach(), psl=psl.detach())
         return loss, parts
 
     def _allowed(self, puzzles: Tensor) -> Tensor | None:
@@ -141,14 +147,15 @@ class SudokuExperiment(Experiment[SudokuConfig]):
     config_class = SudokuConfig
     labels = LABELS
     metrics = ("exact", "consistent", "blank_acc")
+    baselines = {"convnet_sl": "convnet", "rnn_psl": "rnn"}
     paper = PAPER
     presets = PRESETS
 
     def load_data(self, cfg: SudokuConfig) -> Splits:
         train, val, test = load_data(cfg)
         blanks = (train.puzzles == 0).sum(1).float().mean()
-        desc = (f"{len(train)} train / {len(val) if val is not None else 0} validation / {len(test)} test puzzles, "
-                f"{blanks:.1f} blanks on average")
+        desc = (f"{cfg.size}x{cfg.size} boards, {len(train)} train / {len(val) if val is not None else 0} validation / "
+                f"{len(test)} test puzzles, {blanks:.1f} blanks on average")
         return Splits(TensorDataset(train.puzzles, train.solutions), val, test, desc)
 
     def build_model(self, name: str, cfg: SudokuConfig) -> nn.Module:

@@ -102,7 +102,8 @@ def path_circuit(k: int, max_edges: int | None = None) -> pseudosl.Circuit:
 
 # -- the training objective ----------------------------------------------------------------------
 class Objective(nn.Module):
-    """Negative log-likelihood of the label path + weight x (SL or PSL); ``forward`` returns ``(loss, parts)``."""
+    """Negative log-likelihood of the label path + weight x (SL or PSL); ``forward`` returns ``(loss, parts)``:
+    ``data`` (the NLL), ``constraint`` (weight x SL/PSL, the term added) and the unweighted ``sl`` / ``psl``."""
 
     def __init__(self, model: nn.Module, name: str, cfg: WarcraftConfig, k: int) -> None:
         super().__init__()
@@ -119,13 +120,13 @@ class Objective(nn.Module):
             ctx, steps = self.model.conditioning(maps)                         # (B, 128), (B, E, 128 + pos)
             logits = self.model.decoder.step_logits(edges, ctx, steps)         # teacher forcing, (B, E, 2)
             loss = F.cross_entropy(logits.reshape(-1, 2), edges.reshape(-1), reduction="sum") / maps.shape[0]
-        parts = {"ce": loss.detach()}
+        parts = {"data": loss.detach()}
         if not constrained or self.circuit is None:  # warm-up epochs, or a model without a constraint loss
             return loss, parts
         if self.name == "resnet_sl":
             sl = pseudosl.semantic_loss(self.circuit, logits)                  # -log P(simple path), batch mean
             loss = loss + self.cfg.sl_weight * sl
-            parts["sl"] = sl.detach()
+            parts.update(constraint=self.cfg.sl_weight * sl.detach(), sl=sl.detach())
         else:
             m = self.cfg.psl_examples or maps.shape[0]                         # PSL on a sub-batch (cost knob)
             sample = self.model.decoder.sample(context=ctx[:m], step_inputs=steps[:m])  # y ~ p(. | map), (m, E)
@@ -133,7 +134,7 @@ class Objective(nn.Module):
             # computed exactly by the decoder's prefix-reusing engine
             psl = pseudosl.pseudo_semantic_loss(self.model.decoder.engine(ctx[:m], steps[:m]), self.circuit, sample)
             loss = loss + self.cfg.psl_weight * psl
-            parts["psl"] = psl.detach()
+            parts.update(constraint=self.cfg.psl_weight * psl.detach(), psl=psl.detach())
         return loss, parts
 
 
@@ -141,7 +142,7 @@ class Objective(nn.Module):
 @torch.no_grad()
 def evaluate(model: nn.Module, data: WarcraftData, accelerator: Any,
              batch_size: int = 250) -> tuple[dict[str, float], np.ndarray]:
-    """Exact, Consistent (%) and cost ratio of greedy decodes on ``data``, and the predictions ``(N, E)``.
+    """Exact, Consistent (%), cost ratio and edge F1 (%) of greedy decodes on ``data``, and the predictions ``(N, E)``.
 
     Greedy decoding: the ResNet thresholds every edge at probability 0.5, the CNN-LSTM takes the
     argmax edge by edge.  Predictions are gathered over processes (``gather_for_metrics``).
@@ -157,7 +158,7 @@ def evaluate(model: nn.Module, data: WarcraftData, accelerator: Any,
     pred = np.zeros((len(data), n_edges), dtype=np.int64)
     if preds:
         pred[torch.cat(order).numpy()] = torch.cat(preds).numpy()
-    metrics, _ = path_metrics(pred, data.weights, data.optimum)
+    metrics, _ = path_metrics(pred, data.weights, data.optimum, data.edges.numpy())
     return metrics, pred
 
 
@@ -166,9 +167,10 @@ class WarcraftExperiment(Experiment[WarcraftConfig]):
     name = "warcraft"
     config_class = WarcraftConfig
     labels = LABELS
-    metrics = ("exact", "consistent", "cost_ratio")
+    metrics = ("exact", "consistent", "cost_ratio", "edge_f1")
     units = {"cost_ratio": "x"}
     lower_is_better = frozenset({"cost_ratio"})
+    baselines = {"resnet_sl": "resnet", "lstm_psl": "lstm"}
     paper = PAPER
     presets = PRESETS
 

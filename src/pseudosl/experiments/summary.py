@@ -1,0 +1,260 @@
+"""Tables and statistics of a set of runs: the part of the harness that says what the numbers show.
+
+* :func:`summarize`: mean ± sample std (ddof = 1) of each metric per table row, and on how many
+  seeds it is defined (a Warcraft cost ratio is undefined for a run without a consistent path);
+* :func:`paired_comparisons`: every "X + SL/PSL vs X" comparison (``Experiment.baselines``) as the
+  per-seed difference, paired by seed (a seed fixes the data order and the initialisation), with a
+  95 % Student-t interval over the seeds and a verdict (:func:`verdict`): "beats its base beyond the
+  95 % interval", "not distinguishable from its base" or "worse than its base beyond the 95 % interval";
+* :func:`selection_reason`: which validation metric chose a run's checkpoint (``metrics[0]``, or the
+  finer metric that broke its tie);
+* :func:`format_report`: the text of ``table.txt`` and of the printout: the table, the comparisons,
+  the selection, and the preset's ``note``.
+
+Rows: a table row is a model (or model variant) decoded greedily, or ``"<model>|<decoder>"`` for an
+extra decoder of ``cfg.decoders`` evaluated on the same checkpoint (:func:`row_key`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol
+
+import numpy as np
+
+from .config import RunConfig, split_model
+
+__all__ = ["summarize", "paired_comparisons", "student_t_quantile", "verdict", "selection_score",
+           "selection_reason", "format_table", "format_comparisons", "format_report", "model_label", "unit",
+           "row_key", "split_row", "VERDICTS"]
+
+VERDICTS = ("beats its base beyond the 95 % interval", "not distinguishable from its base",
+            "worse than its base beyond the 95 % interval")
+
+
+class Experiment(Protocol):
+    """What the tables read of an experiment (:class:`pseudosl.experiments.harness.Experiment` provides it;
+    a protocol here so that the harness imports this module and not the other way round)."""
+
+    name: str
+    labels: dict[str, str]
+    metrics: tuple[str, ...]
+    paper: dict[str, dict[str, float]]
+    units: dict[str, str]
+    lower_is_better: frozenset[str]
+    baselines: dict[str, str]
+    decoders: dict[str, str]
+
+    def selection_key(self, val: dict[str, float], cfg: Any) -> list[float]: ...
+
+    def selection_order(self, cfg: Any = None) -> list[str]: ...
+
+
+# -- rows, labels, units ------------------------------------------------------------------------------
+def row_key(model: str, decoder: str | None = None) -> str:
+    """The table row of ``model`` decoded by ``decoder`` (``None``: the experiment's own greedy decoding)."""
+    return model if decoder is None else f"{model}|{decoder}"
+
+
+def split_row(key: str) -> tuple[str, str | None]:
+    """``"rnn_psl|constrained"`` -> ``("rnn_psl", "constrained")``; ``"rnn"`` -> ``("rnn", None)``."""
+    model, _, decoder = key.partition("|")
+    return model, decoder or None
+
+
+def model_label(exp: Experiment, spec: str) -> str:
+    """Table label of a row: ``"RNN + PSL (psl_weight=0.01)"``, ``"RNN + PSL + constrained"``."""
+    model, decoder = split_row(spec)
+    base, overrides = split_model(model)
+    label = exp.labels.get(base, base)
+    label += " (" + ", ".join(f"{k}={v}" for k, v in overrides.items()) + ")" if overrides else ""
+    return label + (f" + {exp.decoders.get(decoder, decoder)}" if decoder else "")
+
+
+def unit(exp: Experiment, metric: str) -> str:
+    """The unit of ``metric`` in tables and plots (``%`` unless ``exp.units`` says otherwise)."""
+    return exp.units.get(metric, "%")
+
+
+# -- summary --------------------------------------------------------------------------------------
+def summarize(runs: list[dict], metrics: tuple[str, ...], models: tuple[str, ...] | list[str]) -> dict[str, dict]:
+    """Mean, sample standard deviation (ddof=1; 0 for one seed) and number of seeds of each metric, per row.
+
+    A metric that is undefined (NaN) for some seeds is averaged over the others (NaN if it is for all);
+    ``<metric>_n`` counts the seeds where it is defined."""
+    out = {}
+    for name in models:
+        rs = [r for r in runs if r["model"] == name]
+        if not rs:
+            continue
+        row: dict[str, Any] = {"seeds": [r["seed"] for r in rs]}
+        for k in metrics:
+            v = np.array([r[k] for r in rs], dtype=float)
+            v = v[~np.isnan(v)]
+            row[f"{k}_mean"] = float(v.mean()) if len(v) else float("nan")
+            row[f"{k}_std"] = float(v.std(ddof=1)) if len(v) > 1 else 0.0 if len(v) else float("nan")
+            row[f"{k}_n"] = int(len(v))
+        out[name] = row
+    return out
+
+
+# -- paired comparisons ---------------------------------------------------------------------------------
+def student_t_quantile(p: float, df: int) -> float:
+    """The ``p``-quantile of Student's t with ``df`` degrees of freedom (``scipy.stats.t.ppf``; ``p`` in (0, 1))."""
+    from scipy.stats import t
+    if not 0 < p < 1:
+        raise ValueError(f"p = {p!r}: expected a probability strictly between 0 and 1")
+    if not isinstance(df, int) or df < 1:
+        raise ValueError(f"df = {df!r}: expected an integer >= 1 (degrees of freedom)")
+    return float(t.ppf(p, df))
+
+
+def verdict(lo: float, hi: float, lower_is_better: bool = False) -> str:
+    """One of :data:`VERDICTS` for the interval ``[lo, hi]`` of "model minus its base"."""
+    if math.isnan(lo) or math.isnan(hi):
+        return VERDICTS[1]
+    better, worse = (hi < 0, lo > 0) if lower_is_better else (lo > 0, hi < 0)
+    return VERDICTS[0] if better else VERDICTS[2] if worse else VERDICTS[1]
+
+
+def _base_rows(exp: Experiment, key: str, rows: list[str]) -> list[str]:
+    """The rows ``key`` is compared with: its model's base (``exp.baselines``) under the same decoder, and for
+    an extra decoder also the same model decoded greedily."""
+    model, decoder = split_row(key)
+    out = []
+    base = exp.baselines.get(split_model(model)[0])
+    if base is not None:
+        out.append(row_key(base, decoder))
+    if decoder is not None:
+        out.append(model)
+    return [r for r in out if r in rows]
+
+
+def paired_comparisons(exp: Experiment, runs: list[dict], rows: list[str]) -> list[dict]:
+    """Every "row vs its base" comparison, per metric, paired by seed, with a 95 % Student-t interval.
+
+    For each row whose model has a base in ``exp.baselines`` (``"rnn_psl": "rnn"``; variants such as
+    ``rnn_psl@psl_weight=0.01`` too) and for each metric of ``exp.metrics``: the differences
+    ``d_s = row(seed s) - base(seed s)`` over the seeds both ran with the metric defined, their mean,
+    sample std, and the interval ``mean ± t_{0.975, n-1} · std / sqrt(n)``; ``verdict`` reads it
+    (a lower-is-better metric beats its base when the whole interval is below 0).  With fewer than
+    two paired seeds there is no interval (NaN) and the verdict is "not distinguishable".
+    """
+    by = {(r["model"], r["seed"]): r for r in runs}
+    out = []
+    for key in rows:
+        for base in _base_rows(exp, key, rows):
+            for m in exp.metrics:
+                pairs = [(s, by[(key, s)][m] - by[(base, s)][m]) for (k, s) in by
+                         if k == key and (base, s) in by]
+                pairs = [(s, float(d)) for s, d in pairs if d == d]
+                d = np.array([v for _, v in pairs], dtype=float)
+                n = len(d)
+                mean = float(d.mean()) if n else float("nan")
+                std = float(d.std(ddof=1)) if n > 1 else float("nan")
+                half = student_t_quantile(0.975, n - 1) * std / math.sqrt(n) if n > 1 else float("nan")
+                lo, hi = mean - half, mean + half
+                out.append({"model": key, "base": base, "metric": m, "seeds": [s for s, _ in pairs],
+                            "differences": [v for _, v in pairs], "n": n, "mean": mean, "std": std,
+                            "ci95": [lo, hi], "verdict": verdict(lo, hi, m in exp.lower_is_better)})
+    return out
+
+
+# -- model selection ----------------------------------------------------------------------------------
+def selection_score(exp: Experiment, values: dict[str, float]) -> list[float]:
+    """Validation metrics as a list compared lexicographically, larger = better: ``exp.selection_metrics``
+    (default ``exp.metrics``) in order, so the next breaks the ties of the previous; ``lower_is_better``
+    metrics negated; NaN (undefined) is ``-inf``, the worst."""
+    out = []
+    for m in exp.selection_order():
+        v = float(values[m])
+        out.append(-np.inf if np.isnan(v) else -v if m in exp.lower_is_better else v)
+    return out
+
+
+def selection_reason(exp: Experiment, cfg: RunConfig, history: list[dict], best_epoch: int) -> str:
+    """The validation metric that chose ``best_epoch`` over the runner-up epoch: the first entry of
+    ``exp.selection_key`` where they differ (``"exact"``, or e.g. ``"blank_acc"`` when Exact tied),
+    ``"tie"`` (a full tie, the earlier epoch kept) or ``"single evaluation"``; ``""`` without validation."""
+    keys = {e["epoch"]: exp.selection_key({k[4:]: v for k, v in e.items() if k.startswith("val_")}, cfg)
+            for e in history if any(k.startswith("val_") for k in e)}
+    if best_epoch not in keys:
+        return ""
+    others = [k for e, k in keys.items() if e != best_epoch]
+    if not others:
+        return "single evaluation"
+    best, runner_up = keys[best_epoch], max(others)
+    names = exp.selection_order(cfg)
+    for i, (a, b) in enumerate(zip(best, runner_up)):
+        if a != b:
+            return names[i] if len(names) == len(best) else f"selection key {i}"
+    return "tie"
+
+
+# -- text -----------------------------------------------------------------------------------------------
+def _cell(row: dict, m: str) -> str:
+    n, total = row.get(f"{m}_n", len(row["seeds"])), len(row["seeds"])
+    if n == 0:
+        return f"{'– (0/' + str(total) + ')':>18}"
+    text = f"{row[m + '_mean']:.2f} ± {row[m + '_std']:.2f}"
+    return f"{text + (f' ({n}/{total})' if n < total else ''):>18}"
+
+
+def format_table(exp: Experiment, summary: dict, title: str) -> str:
+    """Row × metric (mean ± std over seeds; ``(n/N)`` where a metric is defined on n of N seeds, ``–`` on
+    none), then the paper's values where it reports them."""
+    paper_cols = [m for m in exp.metrics if any(m in p for p in exp.paper.values())]
+    w = max([16] + [len(model_label(exp, name)) + 2 for name in summary])  # model variants have long labels
+    head = f"{'Model':<{w}}" + "".join(f"{(m + ' ' + unit(exp, m)).strip():>18}" for m in exp.metrics) + "".join(
+        f"{'paper ' + m:>18}" for m in paper_cols) + f"{'seeds':>7}"
+    lines = [title, head, "-" * len(head)]
+    for name, row in summary.items():
+        cells = "".join(_cell(row, m) for m in exp.metrics)
+        paper = exp.paper.get(split_model(split_row(name)[0])[0], {})
+        paper_cells = "".join(f"{paper[m]:>18.2f}" if m in paper else f"{'':>18}" for m in paper_cols)
+        lines.append(f"{model_label(exp, name):<{w}}{cells}{paper_cells}{len(row['seeds']):>7}")
+    return "\n".join(lines)
+
+
+def format_comparisons(exp: Experiment, comparisons: list[dict]) -> str:
+    """One sentence per comparison and metric: the mean paired difference, its 95 % interval and the verdict."""
+    if not comparisons:
+        return ""
+    lines = ["Paired by seed (model minus its base, mean and 95 % Student-t interval over the seeds):"]
+    for c in comparisons:
+        u = unit(exp, c["metric"])
+        u = " points" if u == "%" else f" {u}" if u else ""
+        what = f"{model_label(exp, c['model'])} vs {model_label(exp, c['base'])}, {c['metric']}"
+        if c["n"] < 2:
+            mean = f"{c['mean']:+.2f}{u}" if c["n"] else "no paired seed"
+            lines.append(f"  {what}: {mean} ({c['n']} paired seed{'s' if c['n'] != 1 else ''}: no interval): "
+                         f"{c['verdict']}")
+        else:
+            lo, hi = c["ci95"]
+            lines.append(f"  {what}: {c['mean']:+.2f}{u} (95 % CI {lo:+.2f} .. {hi:+.2f}, {c['n']} seeds): "
+                         f"{c['verdict']}")
+    return "\n".join(lines)
+
+
+def _format_selection(exp: Experiment, runs: list[dict], order: list[str]) -> str:
+    per: dict[str, dict[str, int]] = {}
+    for r in runs:
+        if r.get("selected_on"):
+            counts = per.setdefault(r["model"], {})
+            counts[r["selected_on"]] = counts.get(r["selected_on"], 0) + 1
+    if not per:
+        return ""
+    body = "; ".join(f"{model_label(exp, m)}: " + ", ".join(f"{why} ×{k}" for why, k in counts.items())
+                     for m, counts in per.items())
+    rule = f" by {order[0]}, ties broken by {', then '.join(order[1:])}" if len(order) > 1 else \
+        f" by {order[0]}" if order else ""
+    return f"Checkpoints selected on validation{rule}; the metric that decided, per run: {body}."
+
+
+def format_report(exp: Experiment, summary: dict, comparisons: list[dict], runs: list[dict], title: str,
+                  note: str = "", selection_order: list[str] | None = None) -> str:
+    """The text of ``table.txt``: the table, the paired comparisons, how checkpoints were selected (runs with
+    ``selected_on``; ``selection_order`` names the validation metrics in order), the preset's note."""
+    parts = [format_table(exp, summary, title), format_comparisons(exp, comparisons),
+             _format_selection(exp, runs, selection_order or []), " ".join(note.split())]
+    return "\n\n".join(p for p in parts if p)
