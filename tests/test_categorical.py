@@ -161,3 +161,17 @@ def test_shared_subformulas_are_walked_once():
         want = want * p[i] + (1 - want) * (1 - p[i])
     x = torch.stack([(1 - p).log(), p.log()], -1)[None]
     torch.testing.assert_close(c.log_prob(x).exp()[0], want, atol=1e-12, rtol=0)
+
+
+def test_positions_are_made_when_indexed():
+    y = pseudosl.positions(2**70, 3)  # no memory for 2^70 positions is taken
+    assert len(pseudosl.positions(5, 3)) == 5 and repr(y[-1]) == f"y[{2**70 - 1}]" and y[3].n_values == 3
+    assert [repr(p) for p in pseudosl.positions(5, 3)[1:3]] == ["y[1]", "y[2]"]
+    assert [repr(p) for p in pseudosl.positions(3, 3)] == ["y[0]", "y[1]", "y[2]"]
+    for bad in (2**70, -2**70 - 1):
+        with pytest.raises(IndexError, match=r"out of range: these positions are y\[0\] \.\. y\[1180591620717411303423\]"):
+            y[bad]
+    with pytest.raises(TypeError, match="a position index must be an int, got str"):
+        y["a"]
+    with pytest.raises(ValueError, match="n_values must be >= 2, got 1"):
+        pseudosl.positions(3, 1)

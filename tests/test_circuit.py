@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -331,3 +333,36 @@ def test_free_memory_is_known_on_linux():
     free = _free_bytes(torch.device("cpu"))
     assert free is None or free > 0
     assert _free_bytes(torch.device("meta")) is None
+
+
+def test_huge_batch_without_gradients_is_refused_when_its_result_does_not_fit(monkeypatch):
+    import pseudosl.circuit
+    circuit, _ = random_circuit(31, 3, 2, 2)
+    circuit = circuit.to("meta")
+    circuit.chunk_bytes = 1 << 26
+    x = torch.empty(400_000_000, 3, 2, device="meta")
+    monkeypatch.setattr(pseudosl.circuit, "_free_bytes", lambda device: 1 << 30)
+    with torch.no_grad(), pytest.raises(MemoryError, match=r"batch of 400000000 rows needs about 3\.0 GiB for its "
+                                                            r"result \(2 value\(s\) per row\) and one chunk .* more "
+                                                            r"than the 1\.0 GiB free on meta: pass smaller batches"):
+        circuit.log_prob(x)
+    monkeypatch.setattr(pseudosl.circuit, "_free_bytes", lambda device: 4 << 30)
+    with torch.no_grad():
+        assert circuit.log_prob(x).shape == (400_000_000, 2)  # fits: one result, filled chunk by chunk
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux's /proc")
+def test_free_memory_counts_the_address_space_limit(tmp_path):
+    """Under ``ulimit -v`` the memory a process may still map, not the machine's, bounds a batch."""
+    import resource
+    import subprocess
+    import sys
+    code = ("import torch; from pseudosl.circuit import _free_bytes; "
+            "print(_free_bytes(torch.device('cpu')))")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    limit = 3 << 30
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": src},
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 0 <= int(done.stdout) < limit

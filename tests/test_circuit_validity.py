@@ -268,3 +268,59 @@ def test_exhaustive_check_agrees_with_validate():
     dag.check_smooth()
     dag.check_decomposable()
     dag.check_deterministic()
+
+
+# -- determinism of circuits made elsewhere ---------------------------------------------------------------
+@pytest.mark.parametrize("inner, roots, match", [
+    # x0 | x1 as (x0 AND any x1) OR (x0 AND x1): both hold when x0 = x1 = 1 (P = 0.75 counted as 1.0)
+    (((2, [4, 5]), (1, [2, 6]), (1, [2, 4]), (1, [3, 5]), (2, [7, 8, 9])), [10],
+     r"OR node 10 is not deterministic: its children 7 and 8 both hold when X0=1, X1=1"),
+    # (X0 = 1 OR X0 = 1) AND any x1, the two literals being two nodes (node 6 is made a second X0 = 1 below)
+    (((0, []), (2, [2, 6]), (2, [4, 5]), (1, [7, 8])), [9],
+     "OR node 7 is not deterministic: two of its children are the literal X0=1"),
+])
+def test_loaded_files_without_a_checksum_need_deterministic_or_nodes(tmp_path, inner, roots, match):
+    arrays = _with(*inner, roots=roots)
+    arrays["value"][6] = 1  # (the first case has an OR there: its value is not read)
+    dag = Dag.from_arrays(arrays)  # smooth and decomposable: made from arrays, determinism is the maker's part
+    truth = [bool(v) for v in dag.evaluate(np.array(list(itertools.product(range(2), repeat=dag.n_vars))))[:, 0]]
+    x = random_log_weights(0, 3, dag.n_vars, 2, normalised=True)
+    assert not torch.allclose(Circuit(dag).log_prob(x), oracle.log_wmc(np.array(truth), x))  # a wrong value
+    np.savez(tmp_path / "made.npz", **arrays)
+    with pytest.raises(CircuitFormatError, match=match + r".*no checksum .*pass deterministic=True"):
+        Circuit.load(tmp_path / "made.npz")
+    Circuit.load(tmp_path / "made.npz", deterministic=True)  # the caller's word
+    Circuit(dag).save(tmp_path / "saved")
+    Circuit.load(tmp_path / "saved")  # written by Circuit.save: its checksum stands for its maker
+
+
+def test_loaded_decisions_without_a_checksum_are_accepted_and_exact(tmp_path):
+    """What the builders make passes the OR check: decisions, separated children, one-variable ORs."""
+    import pseudosl
+    from pseudosl.logic.categorical import all_of
+    y = pseudosl.positions(5, 3)
+    made = [pseudosl.compile_categorical(all_of(y[i] != y[i + 1] for i in range(4)), cache=False),
+            pseudosl.constraints.compile_all_different(4, 4, range(4)),
+            pseudosl.compile_cnf([[1, 2, 3], [-1, -2], [-2, -3], [-1, -3], [4, 5]], vtree="right", cache=False),
+            Circuit(Dag.from_arrays(_xor_arrays()))]
+    for i, circuit in enumerate(made):
+        np.savez(tmp_path / f"{i}.npz", **circuit.dag.to_arrays())
+        loaded = Circuit.load(tmp_path / f"{i}.npz")
+        assert loaded.fingerprint() == circuit.fingerprint()
+
+
+def test_or_check_refuses_what_it_cannot_show_and_checks_small_ors_exhaustively():
+    # (x0 AND x1) OR (~x0 AND x1) OR (any x0 AND ~x1): no single variable separates all three, but they exclude
+    # each other: shown by splitting on x1, then x0
+    ok = _with((2, [2, 3]), (1, [2, 4]), (1, [3, 4]), (1, [6, 5]), (2, [7, 8, 9]), roots=[10])
+    Dag.from_arrays(ok).check_or_nodes()
+    # (x0 XNOR x1) OR (x0 XOR x1): its children are ORs that fix no variable; 2^2 assignments show them exclusive
+    b = CircuitBuilder(2, 2)
+    l = b.literal  # noqa: E741
+    even = b.or_(b.and_(l(0, 1), l(1, 1)), b.and_(l(0, 0), l(1, 0)))
+    odd = b.or_(b.and_(l(0, 1), l(1, 0)), b.and_(l(0, 0), l(1, 1)))
+    dag = b.build(b.or_(even, odd, deterministic=True))
+    dag.check_or_nodes()
+    with pytest.raises(CircuitError, match=r"OR node \d+: cannot show that its 2 children exclude each other.*all "
+                                           r"2\^2 assignments .* above max_check_assignments=2"):
+        dag.check_or_nodes(max_check_assignments=2)  # refused, not guessed

@@ -110,3 +110,21 @@ def test_hf_model_without_tokenizer(tiny_lm, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli_main(["fidelity", "--hf-model", str(bare), "--text", str(tmp_path / "t.txt"), "--out", str(tmp_path / "x")])
     assert e.value.code == 2 and "needs a tokenizer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--out", "{file}"], "--out {file}: is a file, not a folder"),
+    (["--n-mc", "1"], "--n-mc must be >= 2"),
+    (["--length", "0"], "--length must be >= 1"),
+    (["--text", "{tmp}/no.txt"], "--text {tmp}/no.txt: no such file"),
+])
+def test_bad_flags_are_one_line_errors_before_the_model_is_loaded(tmp_path, capsys, flags, message):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    fill = {"file": str(blocker), "tmp": str(tmp_path)}
+    argv = ["fidelity", "--hf-model", str(tmp_path / "no-such-model"), *(f.format(**fill) for f in flags)]
+    with pytest.raises(SystemExit) as e:
+        cli_main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    assert message.format(**fill) in err and "no-such-model" not in err  # refused before the model is looked for

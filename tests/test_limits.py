@@ -56,6 +56,12 @@ HUGE_INPUTS = textwrap.dedent("""
         "10**9 values": lambda: forbidden_words_dfa([[0, 1]], n_values=10**9),
         ".sdd literal 2**70": lambda: pseudosl.Circuit.from_sdd_file(f"{tmp}/big.sdd"),
         ".npz with 2e9 variables": lambda: pseudosl.Circuit.load(f"{tmp}/huge.npz"),
+        "literal 2**70, max_vars=None": lambda: pseudosl.compile_cnf([[2**70]], max_vars=None),
+        "Var(2**70), max_vars=None": lambda: pseudosl.compile_formula(Var(2**70), max_vars=None),
+        "CircuitBuilder(2**70), no limits": lambda: pseudosl.CircuitBuilder(2**70, max_vars=None, max_nodes=None),
+        "y[2**70 - 1]": lambda: pseudosl.compile_categorical(pseudosl.positions(2**70, 2)[-1] == 1),
+        "y[2**70 - 1], max_vars=None": lambda: pseudosl.compile_categorical(pseudosl.positions(2**70, 2)[-1] == 1,
+                                                                             max_vars=None),
     }
     for name, run in cases.items():
         try:
@@ -80,5 +86,5 @@ def test_huge_inputs_are_named_errors_under_a_4gb_address_space(tmp_path):
                           preexec_fn=limit, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]  # not killed, no MemoryError escaping
     lines = done.stdout.splitlines()
-    assert len(lines) == 9, done.stdout
+    assert len(lines) == 14, done.stdout
     assert all(line.endswith("-> SizeLimitError") for line in lines), done.stdout

@@ -79,6 +79,8 @@ def test_out_that_cannot_be_a_folder_is_named(tmp_path, case):
     (["sudoku", "train", "--quick", "--n-val", "0", "--patience", "2"], "--patience: patience = 2 stops early on the validation split, "
                                                         "but n_val = 0"),
     (["sudoku", "train", "--config", "/no/such.toml"], "--config /no/such.toml: no such file"),
+    (["sudoku", "train", "--quick", "--models", "convnet", "bogus"], "--models: models: unknown ['bogus']; choose from"),
+    (["sudoku", "train", "--quick", "--seeds", "0", "0"], "--seeds: seeds: [0, 0] repeats a seed"),
     (["fidelity", "--hf-model", "gpt2", "--device", "bogus"], "--device 'bogus': not a torch device"),
 ])
 def test_bad_values_are_one_line_errors(tmp_path, capsys, flags, message):
@@ -186,14 +188,43 @@ def test_resume_refuses_a_checkpoint_copied_from_another_run(tmp_path, capsys):
     assert "its weights do not fit model 'convnet'" in refused(capsys, argv)
 
 
-def test_resume_cannot_go_back_in_epochs(tmp_path, capsys):
+def _no_data(monkeypatch) -> None:
+    """Making the data fails the test: a refusal must come before it."""
+    def made(*a, **kw):
+        raise AssertionError("the data was made before the refusal")
+    monkeypatch.setattr(SudokuExperiment, "load_data", made)
+
+
+def test_resume_cannot_go_back_in_epochs(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     train(tmp_path, out, "--epochs", "2")
     before = (out / "results.json").read_bytes()
+    _no_data(monkeypatch)
     err = refused(capsys, ["sudoku", "train", "--quick", "--models", "convnet", "--seeds", "0", "--data-dir",
                            str(tmp_path / "d"), "--out", str(out), *TINY, "--resume", "--epochs", "1"])
     assert "has already trained 2 epochs, and a run cannot go back; pass --epochs 2" in err
     assert (out / "results.json").read_bytes() == before
+
+
+def test_resume_checks_every_checkpoint_before_the_data_is_made(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    train(tmp_path, out, "--seeds", "0", "1", "--jobs", "2")
+    shutil.copy(out / "convnet-seed0" / "checkpoint.pt", out / "convnet-seed1" / "checkpoint.pt")
+    _no_data(monkeypatch)
+    err = refused(capsys, ["sudoku", "train", "--quick", "--models", "convnet", "--seeds", "0", "1", "--data-dir",
+                           str(tmp_path / "d"), "--out", str(out), "--resume", "--jobs", "2", *TINY])
+    assert "convnet-seed1/checkpoint.pt: holds model 'convnet' seed 0, but its folder is convnet-seed1" in err
+
+
+def test_eval_checks_every_checkpoint_before_evaluating_and_their_epochs(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    train(tmp_path, out, "--models", "convnet", "rnn")
+    ckpt = load_checkpoint(out / "rnn-seed0" / "checkpoint.pt")
+    ckpt["epoch"] = 4  # of a run configured for 1 epoch
+    torch.save(ckpt, out / "rnn-seed0" / "checkpoint.pt")
+    _no_data(monkeypatch)  # convnet-seed0 sorts first: it is not evaluated before rnn-seed0 is refused
+    assert "rnn-seed0/checkpoint.pt: at epoch 4 of a run configured for 1 epochs" in refused(
+        capsys, ["sudoku", "eval", "--out", str(out)])
 
 
 def test_eval_counts_each_run_once_and_checks_the_folder_config(tmp_path, capsys):

@@ -200,3 +200,14 @@ def test_sizes_are_checked_and_csv_reads_small_boards(tmp_path):
     a = load_or_generate(10, 6, 0, data_dir=tmp_path / "c", size=4)
     assert a.size == 4 and torch.equal(load_or_generate(10, 6, 0, data_dir=tmp_path / "c", size=4).puzzles, a.puzzles)
     assert load_or_generate(10, 6, 0, data_dir=tmp_path / "c").size == 9           # the size is part of the cache key
+
+
+def test_a_truncated_cache_entry_is_made_again(tmp_path):
+    a = load_or_generate(10, 6, 0, data_dir=tmp_path, size=4)
+    (entry,) = tmp_path.iterdir()
+    entry.write_bytes(entry.read_bytes()[:200])  # cut by a full disk or a kill
+    with pytest.warns(UserWarning, match="unusable cached puzzles .*making them again"):
+        b = load_or_generate(10, 6, 0, data_dir=tmp_path, size=4)
+    assert torch.equal(a.puzzles, b.puzzles) and torch.equal(a.solutions, b.solutions)
+    assert [p.name for p in tmp_path.iterdir()] == [entry.name]  # written whole again, no temporary file
+    assert torch.equal(load_or_generate(10, 6, 0, data_dir=tmp_path, size=4).puzzles, a.puzzles)

@@ -1,6 +1,7 @@
 """Warcraft data: the shortest-path solver against brute force, the generator, the real layout's loader."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,3 +144,28 @@ def test_loader_names_bad_files(tmp_path):
         load_split(tmp_path, "test")
     with pytest.raises(ValueError, match="split = 'dev'"):
         load_split(tmp_path, "dev")
+
+
+def test_a_truncated_cached_layout_is_made_again(tmp_path):
+    splits, _ = load_or_generate(4, 6, 2, 3, seed=1, data_dir=tmp_path)
+    (folder,) = tmp_path.iterdir()
+    maps = folder / "train_maps.npy"
+    maps.write_bytes(maps.read_bytes()[:100])
+    with pytest.warns(UserWarning, match="unusable cached maps .*making them again"):
+        again, _ = load_or_generate(4, 6, 2, 3, seed=1, data_dir=tmp_path)
+    assert np.array_equal(again["train"].maps, splits["train"].maps)
+    assert [p.name for p in tmp_path.iterdir()] == [folder.name]
+
+
+def test_a_failed_write_names_the_folder_and_leaves_no_temporary_folder(tmp_path, monkeypatch):
+    from pseudosl.errors import StorageError
+    from pseudosl.experiments.warcraft import data
+
+    def full_disk(path, array, *a, **kw):
+        Path(path).write_bytes(b"\x93NUMPY half")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(data.np, "save", full_disk)
+    with pytest.raises(StorageError, match=r"could not write the generated maps to .*gen-4x4.* \(No space left on "
+                                           r"device\); free space there or pass another --data-dir"):
+        load_or_generate(4, 6, 2, 3, seed=1, data_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []

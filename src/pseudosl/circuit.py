@@ -176,16 +176,18 @@ class Circuit(nn.Module):
         return path
 
     @classmethod
-    def load(cls, path: str | Path, *, max_vars: int | None = DEFAULT_MAX_VARS) -> "Circuit":
+    def load(cls, path: str | Path, *, max_vars: int | None = DEFAULT_MAX_VARS, deterministic: bool = False) -> "Circuit":
         """Read a circuit written by :meth:`save` (the ``.npz`` suffix may be left out): its checksum and
         structure are checked (:meth:`Dag.load`; a bad file is a ``CircuitFormatError`` naming it, one of
-        more than ``max_vars`` variables a ``SizeLimitError``)."""
+        more than ``max_vars`` variables a ``SizeLimitError``).  A file without a checksum (not written by
+        :meth:`save`) must also show deterministic OR nodes (:meth:`Dag.check_or_nodes`), unless
+        ``deterministic=True``."""
         path = Path(path)
         if not path.exists() and path.with_name(path.name + ".npz").exists():
             path = path.with_name(path.name + ".npz")
         if not path.exists():
             raise FileNotFoundError(f"no saved circuit at {path}")
-        return cls(Dag.load(path, max_vars=max_vars))
+        return cls(Dag.load(path, max_vars=max_vars, deterministic=deterministic))
 
     def fingerprint(self) -> str:
         """SHA-256 of the symbolic circuit (equal circuits, equal fingerprints)."""
@@ -307,6 +309,17 @@ class Circuit(nn.Module):
                 f"batches, or evaluate without gradients (under torch.no_grad() the batch runs in chunks of "
                 f"circuit.chunk_bytes = {self._chunk_limit(x.device)} bytes)")
 
+    def _check_result_memory(self, x: Tensor, chunk_rows: int) -> None:
+        """Refuse, before allocating, a batch whose result and one chunk's pass exceed the memory free on its device."""
+        itemsize = 4 if x.dtype in (torch.float16, torch.bfloat16) else x.element_size()
+        need = x.shape[0] * self.n_roots * itemsize + chunk_rows * self._row_bytes(x, keep=False)
+        free = _free_bytes(x.device)
+        if free is not None and need > free:
+            raise MemoryError(
+                f"log_prob of a batch of {x.shape[0]} rows needs about {need / 2**30:.1f} GiB for its result "
+                f"({self.n_roots} value(s) per row) and one chunk of {chunk_rows} rows, more than the "
+                f"{free / 2**30:.1f} GiB free on {x.device}: pass smaller batches")
+
     def forward(self, x: Tensor, semiring: str = "log") -> Tensor:
         """Every root's value under ``semiring``: ``(B, R)``.
 
@@ -327,10 +340,19 @@ class Circuit(nn.Module):
             leaves = self._leaves(self._prepared(x, None, slice(0, x.shape[0])))
             return semirings.Evaluate.apply(leaves, sr.name, tuple(self._meta), self.n_slots, self.root_rows,
                                             *self._indices()).t()
-        out = [semirings.bottom_up(self._leaves(self._prepared(x, None, rows)), self._meta, self.n_slots,
-                                   self._indices(), sr).index_select(0, self.root_rows).t()
-               for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=False), x.device)]
-        return out[0] if len(out) == 1 else torch.cat(out)
+        chunks = self._chunks(x.shape[0], self._row_bytes(x, keep=False), x.device)
+        if len(chunks) > 1:  # the result is made once and filled chunk by chunk
+            self._check_result_memory(x, chunks[0].stop - chunks[0].start)
+        out = None
+        for rows in chunks:
+            part = semirings.bottom_up(self._leaves(self._prepared(x, None, rows)), self._meta, self.n_slots,
+                                       self._indices(), sr).index_select(0, self.root_rows).t()
+            if len(chunks) == 1:
+                return part
+            if out is None:
+                out = part.new_empty(x.shape[0], self.n_roots)
+            out[rows] = part
+        return out
 
     def log_prob(self, x: Tensor, allowed: Tensor | None = None) -> Tensor:
         """``log P(alpha AND allowed)`` under the fully-factorized ``x``: ``(B,)``, or ``(B, R)`` for ``R`` roots."""
@@ -546,10 +568,25 @@ def _free_bytes(device: torch.device) -> int | None:
     if device.type == "cpu":  # Linux; elsewhere unknown
         try:
             with open("/proc/meminfo") as f:
-                return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+                free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
         except (OSError, StopIteration, ValueError, IndexError):
             return None
+        return min(free, _address_space_left())
     return None
+
+
+def _address_space_left() -> int:
+    """What this process may still map under its address-space limit (``ulimit -v``); unlimited: a huge number."""
+    try:
+        import resource
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit == resource.RLIM_INFINITY:
+            return 1 << 62
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * resource.getpagesize()
+        return max(0, limit - used)
+    except (ImportError, OSError, ValueError, IndexError):
+        return 1 << 62
 
 
 def _own_code(method: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:

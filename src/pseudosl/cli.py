@@ -173,10 +173,18 @@ def _fidelity(args: argparse.Namespace) -> None:
 
     from .experiments.config import check_device
     from .experiments.fidelity import checkpoint_inputs, hf_inputs, run_fidelity
+    from .experiments.runs import check_out_folder
     if args.n_examples < 1:
         raise ValueError(f"--n-examples must be >= 1, got {args.n_examples}")
+    if args.n_mc < 2:
+        raise ValueError(f"--n-mc must be >= 2 (draws per anchor, for a standard error), got {args.n_mc}")
+    if args.length is not None and args.length < 1:
+        raise ValueError(f"--length must be >= 1 (tokens per window), got {args.length}")
     if args.checkpoint is not None and (args.length is not None or args.text is not None):
         raise ValueError("--length and --text apply to --hf-model only (a checkpoint fixes n)")
+    if args.text is not None and not args.text.is_file():
+        raise ValueError(f"--text {args.text}: no such file; give a text file to cut the windows from")
+    check_out_folder(args.out)
     device = check_device(args.device)
     torch.manual_seed(args.seed)
     gen = torch.Generator(device).manual_seed(args.seed)

@@ -26,7 +26,7 @@ from .logic.automaton import DFA, automaton_dag, forbidden_words_dfa
 from .logic.categorical import CatFormula, categorical_dag
 from .logic.cnf import cnf_formula, normalize_clauses, parse_dimacs
 from .logic.errors import (DEFAULT_MAX_EDGES, DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, UnsatisfiableError, as_int,
-                           check_int, check_limit)
+                           check_int, check_limit, check_vars)
 from .logic.formula import Formula, dag_key
 from .logic.sddcompile import VTREE_TYPES, compile_with_pysdd
 
@@ -73,7 +73,7 @@ def compile_cnf(path_or_clauses: str | Path | Sequence[Sequence[int]], n_vars: i
     else:
         clauses = path_or_clauses
     n_vars, clauses = normalize_clauses(clauses, n_vars)
-    check_limit(f"compile_cnf: n_vars{source} is", n_vars, max_vars, "max_vars", _VARS_COST)
+    check_vars(f"compile_cnf: n_vars{source} is", n_vars, max_vars, _VARS_COST)
     _check_vtree(vtree)
     key = ("cnf", n_vars, clauses, vtree, bool(minimize))
     circuit = cached_circuit(key, lambda: Circuit(compile_with_pysdd([cnf_formula(clauses)], n_vars, vtree=vtree,
@@ -116,8 +116,7 @@ def compile_formula(formula_or_list: Formula | Sequence[Formula], n_vars: int | 
         if largest < 0:
             raise ValueError("the formulas mention no variable; pass n_vars (>= 1) to size the circuit")
         n_vars, source = largest + 1, f" (from the largest variable, Var({largest}))"
-    check_limit(f"compile_formula: n_vars{source} is", as_int("n_vars", n_vars), max_vars, "max_vars",
-                _VARS_COST)
+    check_vars(f"compile_formula: n_vars{source} is", as_int("n_vars", n_vars), max_vars, _VARS_COST)
     _check_vtree(vtree)
     key = ("formula", n_vars, dag_key(formulas), vtree, bool(minimize))
     circuit = cached_circuit(key, lambda: Circuit(compile_with_pysdd(formulas, n_vars, vtree=vtree, minimize=minimize,
@@ -128,7 +127,7 @@ def compile_formula(formula_or_list: Formula | Sequence[Formula], n_vars: int | 
 
 def compile_categorical(formula_or_list: CatFormula | Sequence[CatFormula], n_positions: int | None = None, *,
                         n_values: int | None = None, max_nodes: int = 1_000_000, allow_unsat: bool = False,
-                        cache: bool = True) -> Circuit:
+                        cache: bool = True, max_vars: int | None = DEFAULT_MAX_VARS) -> Circuit:
     """Compile a categorical formula (or a list: one root per formula) over positions with ``k`` values.
 
     Formulas are written over :func:`~pseudosl.logic.categorical.positions` (``y[i] != y[i + 1]``,
@@ -140,7 +139,7 @@ def compile_categorical(formula_or_list: CatFormula | Sequence[CatFormula], n_po
         n_positions: ``n``; defaults to the largest position mentioned plus one.
         n_values: ``k``; defaults to the positions' number of values.
         max_nodes: refuse (``CategoricalSizeError``) a decision diagram larger than this.
-        allow_unsat, cache: as in :func:`compile_cnf`.
+        allow_unsat, cache, max_vars: as in :func:`compile_cnf` (``max_vars`` bounds ``n_positions``).
 
     Example:
         >>> from pseudosl.logic.categorical import all_of, positions
@@ -156,19 +155,22 @@ def compile_categorical(formula_or_list: CatFormula | Sequence[CatFormula], n_po
             raise TypeError(f"formula {i} is a {type(f).__name__} ({f!r}), not a categorical formula "
                             "(build one from pseudosl.logic.categorical.positions)")
     mentioned = set().union(*(f.positions() for f in formulas))
+    source = ""
     if n_positions is None:
         if not mentioned:
             raise ValueError("the formulas mention no position; pass n_positions (>= 1) to size the circuit")
-        n_positions = max(mentioned) + 1
+        n_positions, source = max(mentioned) + 1, f" (from the largest position mentioned, y[{max(mentioned)}])"
     if n_values is None:
         ks = set().union(*(f.n_values() for f in formulas))
         if len(ks) != 1:
             raise ValueError("pass n_values: the formulas " + ("mention no position" if not ks else
                                                               f"mix positions with {sorted(ks)} values"))
         n_values = ks.pop()
+    check_vars(f"compile_categorical: n_positions{source} is", as_int("n_positions", n_positions), max_vars,
+               " (a circuit holds n_values leaves per position and smooths every root over all of them)")
     key = ("categorical", n_positions, n_values, max_nodes, tuple(f.digest() for f in formulas))
-    circuit = cached_circuit(key, lambda: Circuit(categorical_dag(formulas, n_positions, n_values,
-                                                                  max_nodes=max_nodes)), enabled=cache)
+    circuit = cached_circuit(key, lambda: Circuit(categorical_dag(formulas, n_positions, n_values, max_nodes=max_nodes,
+                                                                  max_vars=max_vars)), enabled=cache)
     return _check_sat(circuit, allow_unsat, "the categorical formula")
 
 

@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -274,7 +275,7 @@ def load_config(cls: type[C], path: str | Path | None = None, **overrides: Any) 
     try:
         return cls(**values)
     except ConfigError as e:
-        field = str(e).split(" ", 1)[0].split("[")[0]
+        field = re.match(r"\w*", str(e)).group()  # "n_train = ...", "models: ...", "seeds[0] = ..."
         if overrides.get(field) is not None:  # the bad value came from a flag, not from the file
             raise ConfigError(f"--{field.replace('_', '-')}: {e}") from None
         raise ConfigError(f"{path}: {e}" if path is not None else str(e)) from None

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ..psl import CausalLMEngine, Fidelity, local_fidelity
+from .runs import atomic_path, make_folder
 
 __all__ = ["FidelityRun", "checkpoint_inputs", "hf_inputs", "run_fidelity", "format_report", "plot_positions", "PAPER"]
 
@@ -149,7 +150,7 @@ def run_fidelity(run: FidelityRun, out: str | Path, *, n_mc: int = 1000, exact: 
     fid = local_fidelity(run.model, run.anchors, exact=exact, n_mc=n_mc, generator=generator,
                          chunk_size=run.chunk_size)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     per = {k: getattr(fid, k).tolist() for k in ("entropy_model", "entropy_local", "kl_local_model",
                                                    "entropy_model_se", "kl_local_model_se")}
     result = {"source": run.source, "anchors_from": run.anchors_from, "anchors": run.anchors.tolist(),
@@ -160,8 +161,10 @@ def run_fidelity(run: FidelityRun, out: str | Path, *, n_mc: int = 1000, exact: 
                             else fid.entropy_model_positions.mean(0).tolist(),
                             "local": fid.entropy_local_positions.mean(0).tolist()},
               "paper_gpt2": PAPER, "report": format_report(fid, run)}
-    (out / "fidelity.json").write_text(json.dumps(result, indent=1))
-    plot_positions(fid, out / "fidelity_positions.png", title=run.source.split(" (")[0])
+    with atomic_path(out / "fidelity.json") as tmp:  # a failed write names the file and leaves no temporary one
+        tmp.write_text(json.dumps(result, indent=1))
+    with atomic_path(out / "fidelity_positions.png") as tmp:
+        plot_positions(fid, tmp, title=run.source.split(" (")[0])
     return result
 
 

@@ -272,6 +272,11 @@ def _prepare_folder(exp: Experiment, cfg: RunConfig, out: Path, resume: bool, ov
             shutil.rmtree(p.parent)
         (out / MANIFEST).unlink(missing_ok=True)
     check_manifest(out, exp.name, cfg.content_key(), f"--out {out}")
+    if resume:  # every checkpoint is this run's and can reach cfg.epochs: refused now, not after the data is made
+        for name in cfg.models:
+            for seed in cfg.seeds:
+                if (path := found.get(f"{name}-seed{seed}")) is not None:
+                    _check_continuable(load_checkpoint(path, exp.name), cfg, name, seed, path)
 
 
 # -- one model, one seed --------------------------------------------------------------------------
@@ -525,7 +530,11 @@ def _train_parallel(exp: Experiment, cfg: RunConfig, pairs: list[tuple[str, int]
     """``cfg.jobs`` runs at a time in spawned processes (they share the GPU); results in ``pairs`` order."""
     with _worker_pool(min(cfg.jobs, len(pairs))) as pool:
         futures = [pool.submit(_worker, exp, cfg, name, seed, out, resume) for name, seed in pairs]
-        return [f.result() for f in tqdm(futures, desc=f"{exp.name}: {len(pairs)} runs, {cfg.jobs} at a time")]
+        try:
+            return [f.result() for f in tqdm(futures, desc=f"{exp.name}: {len(pairs)} runs, {cfg.jobs} at a time")]
+        except BaseException:  # one run failed: start no further run; those running finish under the lock
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def _title(exp: Experiment, cfg: RunConfig, splits: Splits) -> str:
@@ -554,20 +563,27 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
     cfgs: dict[tuple, RunConfig] = {}
     data_cache: dict[str, Splits] = {}
     seen: dict[tuple, Path] = {}
-    for path in paths:
+    checked: list[tuple[Path, tuple, RunConfig]] = []
+    for path in paths:  # every checkpoint checked before the first is evaluated
         ckpt = load_checkpoint(path, exp.name)
         check_identity(ckpt, path)
         cfg = exp.config_class(**ckpt["config"])
         check_manifest(path.parent.parent, exp.name, cfg.content_key(), str(path))
+        if not 0 <= ckpt["epoch"] <= cfg.epochs:
+            raise CheckpointError(f"{path}: at epoch {ckpt['epoch']} of a run configured for {cfg.epochs} epochs "
+                                  f"(tampered, or copied from another run?); delete it or train it again")
         if decoders is not None:
             cfg.decoders = list(decoders)
         check_decoders(exp, cfg.decoders)
-        key = (cfg.content_key(), ckpt["config"]["epochs"])  # early-stopped and untrained runs stay in their table
+        key = (cfg.content_key(), cfg.epochs)  # early-stopped and untrained runs stay in their table
         if (first := seen.setdefault((*key, ckpt["model_name"], ckpt["seed"]), path)) != path:
             raise CheckpointError(f"{path} and {first} are both {ckpt['model_name']} seed {ckpt['seed']} of config "
                                   f"{key[0]} ({key[1]} epochs): one run would count as two seeds; eval one of their "
                                   f"folders (--out) or delete the copy")
         cfgs[key] = cfg
+        checked.append((path, key, cfg))
+    for path, key, cfg in checked:
+        ckpt = load_checkpoint(path, exp.name)
         if cfg.content_key() not in data_cache:
             data_cache[cfg.content_key()] = exp.load_data(cfg)
         base, run_cfg = model_variant(cfg, ckpt["model_name"])

@@ -17,8 +17,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .dag import _AND, _CONST, _LIT, _OR, FALSE, TRUE, Dag, _bits
-from .errors import DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, CircuitError, check_int, check_limit
+from .dag import _AND, _CONST, _LIT, _OR, FALSE, TRUE, Dag, _bits, _separated
+from .errors import DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, CircuitError, check_int, check_limit, check_vars
 
 __all__ = ["CircuitBuilder"]
 
@@ -57,7 +57,7 @@ class CircuitBuilder:
                  max_nodes: int | None = DEFAULT_MAX_NODES, max_check_assignments: int = 1 << 12) -> None:
         self.n_vars = check_int("n_vars", n_vars, 1, " (the number of positions of the circuit)")
         self.n_values = check_int("n_values", n_values, 2, " (2 for Boolean variables)")
-        check_limit("CircuitBuilder: n_vars is", self.n_vars, max_vars, "max_vars")
+        check_vars("CircuitBuilder: n_vars is", self.n_vars, max_vars)
         check_limit(f"CircuitBuilder: {self.n_vars:,} variables x {self.n_values:,} values make leaves numbering",
                     self.n_vars * self.n_values, max_nodes, "max_nodes")
         self.max_nodes = max_nodes
@@ -308,38 +308,6 @@ class CircuitBuilder:
         for r in roots:
             self._check_id(r)
         return _smooth_and_freeze(self, [int(r) for r in roots])
-
-
-def _separated(facts: list[dict[int, int]]) -> bool:
-    """Whether the children with these facts (variable -> allowed values) pairwise exclude each other.
-
-    Splits the children by the values they allow for a variable they all fix, when those value
-    sets are pairwise equal or disjoint (children of different parts exclude each other), and
-    repeats inside each part; False when some part cannot be split this way.
-    """
-    todo = [facts]
-    while todo:
-        group = todo.pop()
-        if len(group) < 2:
-            continue
-        common = set(group[0]).intersection(*group[1:])
-        for v in common:
-            parts: dict[int, list[dict[int, int]]] = {}
-            for f in group:
-                parts.setdefault(f[v], []).append(f)
-            if len(parts) == 1:
-                continue
-            union = 0
-            for values in parts:
-                if union & values:
-                    break
-                union |= values
-            else:
-                todo.extend(parts.values())
-                break
-        else:
-            return False
-    return True
 
 
 def _smooth_and_freeze(b: CircuitBuilder, roots: list[int]) -> "Dag":

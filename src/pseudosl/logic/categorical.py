@@ -24,13 +24,14 @@ formula whose residuals do not repeat (e.g. all-different over many positions) g
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable
+from collections.abc import Sequence
+from typing import Iterable, overload
 
 from .builder import CircuitBuilder
 from .dag import Dag
-from .errors import SizeLimitError, check_int
+from .errors import DEFAULT_MAX_VARS, SizeLimitError, as_int, check_int
 
-__all__ = ["CatFormula", "Position", "positions", "all_of", "any_of", "categorical_dag", "CategoricalSizeError"]
+__all__ = ["CatFormula", "Position", "Positions", "positions", "all_of", "any_of", "categorical_dag", "CategoricalSizeError"]
 
 
 class CategoricalSizeError(SizeLimitError):
@@ -140,10 +141,40 @@ class Position:
         return f"y[{self.index}]"
 
 
-def positions(n_positions: int, n_values: int) -> list[Position]:
-    """``[y_0, .., y_{n-1}]``, each with ``n_values`` values."""
-    n_positions = check_int("n_positions", n_positions, low=1)
-    return [Position(i, n_values) for i in range(n_positions)]
+class Positions(Sequence[Position]):
+    """``y_0, .., y_{n-1}``, each with ``n_values`` values: a sequence that makes each position when indexed,
+    so its memory does not grow with ``n`` (the circuit's size is checked where it is compiled)."""
+
+    __slots__ = ("n_positions", "n_values")
+
+    def __init__(self, n_positions: int, n_values: int) -> None:
+        self.n_positions = check_int("n_positions", n_positions, low=1)
+        self.n_values = check_int("n_values", n_values, low=2)
+
+    def __len__(self) -> int:
+        return self.n_positions
+
+    @overload
+    def __getitem__(self, i: int) -> Position: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Position]: ...
+
+    def __getitem__(self, i: int | slice) -> Position | list[Position]:
+        if isinstance(i, slice):
+            return [Position(j, self.n_values) for j in range(*i.indices(self.n_positions))]
+        j = as_int("a position index", i)
+        if not -self.n_positions <= j < self.n_positions:
+            raise IndexError(f"y[{j}] is out of range: these positions are y[0] .. y[{self.n_positions - 1}]")
+        return Position(j % self.n_positions, self.n_values)
+
+    def __repr__(self) -> str:
+        return f"positions({self.n_positions}, {self.n_values})"
+
+
+def positions(n_positions: int, n_values: int) -> Positions:
+    """``[y_0, .., y_{n-1}]``, each with ``n_values`` values (a sequence; ``y[i]``, ``y[1:]``, ``zip(y, y[1:])``)."""
+    return Positions(n_positions, n_values)
 
 
 def all_of(formulas: Iterable[CatFormula]) -> CatFormula:
@@ -333,11 +364,12 @@ def _show(key: tuple, memo: dict[tuple, str]) -> str:
 
 # -- compilation ----------------------------------------------------------------------------------------
 def categorical_dag(formulas: CatFormula | Iterable[CatFormula], n_positions: int, n_values: int, *,
-                    max_nodes: int = 1_000_000) -> Dag:
+                    max_nodes: int = 1_000_000, max_vars: int | None = DEFAULT_MAX_VARS) -> Dag:
     """The circuit over ``n_positions`` positions with ``n_values`` values: one root per formula (see module docs).
 
     Raises:
         CategoricalSizeError: the decision diagram would exceed ``max_nodes`` nodes.
+        SizeLimitError: more than ``max_vars`` positions (``None``: no limit).
         ValueError: a formula mentions a position ``>= n_positions`` or positions with another number of values.
     """
     roots_in = [formulas] if isinstance(formulas, CatFormula) else [_formula(f) for f in formulas]
@@ -354,7 +386,7 @@ def categorical_dag(formulas: CatFormula | Iterable[CatFormula], n_positions: in
         if other:
             raise ValueError(f"formula {r} compares positions with {sorted(other)[0]} values, but the circuit "
                              f"has n_values={n_values}")
-    b = CircuitBuilder(n_positions, n_values)
+    b = CircuitBuilder(n_positions, n_values, max_vars=max_vars)
     node_of: dict[tuple, int] = {TRUE.key: b.true(), FALSE.key: b.false()}
 
     def build(f: CatFormula) -> int:

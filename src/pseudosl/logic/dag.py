@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DEFAULT_MAX_VARS, CircuitError, CircuitFormatError, SizeLimitError, check_limit
+from .errors import DEFAULT_MAX_VARS, CircuitError, CircuitFormatError, SizeLimitError, check_limit, check_vars
 
 __all__ = ["Dag", "FALSE", "TRUE", "CircuitError", "LayerPlan"]
 
@@ -303,6 +303,90 @@ class Dag:
                 if overlap.any():
                     raise CircuitError(f"OR node {i} is not deterministic: two children hold on one assignment")
 
+    def check_or_nodes(self, max_check_assignments: int = 1 << 12) -> None:
+        """Raise :class:`CircuitError` unless the children of every OR node provably exclude each other
+        (determinism), shown as :meth:`CircuitBuilder.or_ <pseudosl.logic.builder.CircuitBuilder.or_>` shows it:
+        literals of one variable with different values; children separated by the values they fix (a decision,
+        as SDD elements with literal primes, automata and the builders make); or, failing those, no two holding
+        on any of the at most ``max_check_assignments`` assignments of the OR's variables.  A deterministic OR
+        that none of these shows (e.g. an SDD element whose prime is a larger formula) is refused too.
+        """
+        kinds, var, value = self.kind.tolist(), self.var.tolist(), self.value.tolist()
+        offsets, children = self.offsets.tolist(), self.children.tolist()
+        one_var: dict[int, tuple[int, int]] = {}  # OR of literals of one variable -> (variable, bitset of values)
+
+        def facts(node: int) -> dict[int, int]:
+            """Variables ``node`` fixes -> the values it allows (its literals, one-variable ORs, and ANDs below)."""
+            out: dict[int, int] = {}
+            stack = [node]
+            while stack:
+                u = stack.pop()
+                if kinds[u] == _LIT:
+                    out[var[u]] = 1 << value[u]
+                elif kinds[u] == _AND:
+                    stack.extend(children[offsets[u]:offsets[u + 1]])
+                elif u in one_var:
+                    out[one_var[u][0]] = one_var[u][1]
+            return out
+
+        masks: list[int] | None = None
+        for i in range(self.n_nodes):
+            if kinds[i] != _OR:
+                continue
+            live = [c for c in children[offsets[i]:offsets[i + 1]] if not (kinds[c] == _CONST and value[c] == 0)]
+            if all(kinds[c] == _LIT for c in live) and len({var[c] for c in live}) == 1:
+                values = [value[c] for c in live]
+                if len(set(values)) < len(values):
+                    raise CircuitError(f"OR node {i} is not deterministic: two of its children are the literal "
+                                       f"X{var[live[0]]}={max(values, key=values.count)}")
+                one_var[i] = (var[live[0]], sum(1 << x for x in values))
+                continue
+            if len(live) < 2 or _separated([facts(c) for c in live]):
+                continue
+            masks = self.var_masks() if masks is None else masks
+            variables = _bits(masks[i])
+            if len(variables) * np.log2(self.n_values) > np.log2(max_check_assignments):
+                raise CircuitError(
+                    f"OR node {i}: cannot show that its {len(live)} children exclude each other: they are not a "
+                    f"decision (children that each fix some variable to values the others do not allow), and "
+                    f"checking all {self.n_values}^{len(variables)} assignments of its variables is above "
+                    f"max_check_assignments={max_check_assignments}")
+            grid = np.array(list(itertools.product(range(self.n_values), repeat=len(variables))), dtype=np.int64)
+            full = np.zeros((len(grid), self.n_vars), dtype=np.int64)
+            full[:, variables] = grid
+            held = np.stack([self._node_truth(c, full) for c in live])
+            both = np.flatnonzero(held.sum(0) > 1)
+            if len(both):
+                a, b = (live[j] for j in np.flatnonzero(held[:, both[0]])[:2])
+                where = ", ".join(f"X{v}={int(x)}" for v, x in zip(variables, grid[both[0]]))
+                raise CircuitError(f"OR node {i} is not deterministic: its children {a} and {b} both hold when "
+                                   f"{where} (its probability would count that twice)")
+
+    def _node_truth(self, node: int, a: np.ndarray) -> np.ndarray:
+        """Truth of ``node`` on the assignments ``a`` (``(A, n_vars)``), evaluating only the nodes below it."""
+        truth: dict[int, np.ndarray] = {}
+        stack = [node]
+        while stack:
+            u = stack[-1]
+            if u in truth:
+                stack.pop()
+                continue
+            k = self.kind[u]
+            if k == _CONST:
+                truth[u] = np.full(len(a), bool(self.value[u]))
+            elif k == _LIT:
+                truth[u] = a[:, self.var[u]] == self.value[u]
+            else:
+                kids = self.children[self.offsets[u]:self.offsets[u + 1]].tolist()
+                todo = [c for c in kids if c not in truth]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                reduce = np.logical_and.reduce if k == _AND else np.logical_or.reduce
+                truth[u] = reduce([truth[c] for c in kids])
+            stack.pop()
+        return truth[node]
+
     def evaluate(self, assignments: np.ndarray) -> np.ndarray:
         """Boolean value of every root on ``assignments`` (``(A, n_vars)`` ints) -> ``(A, n_roots)``."""
         a = np.asarray(assignments)
@@ -411,7 +495,7 @@ class Dag:
         n_vars, n_values = (int(x) for x in shape)
         if n_vars < 1 or n_values < 2:
             raise CircuitError(f"shape says n_vars={n_vars}, n_values={n_values}; need n_vars >= 1, n_values >= 2")
-        check_limit("the circuit's n_vars is", n_vars, max_vars, "max_vars")
+        check_vars("the circuit's n_vars is", n_vars, max_vars)
         raw = {k: np.asarray(arrays[k]) for k in ("kind", "var", "value", "offsets", "children", "roots")}
         for name, a in raw.items():  # before the casts: a float or 2-D array is refused, not truncated
             if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
@@ -426,10 +510,15 @@ class Dag:
         np.savez_compressed(path, **arrays, label=np.array(label), checksum=np.array(_checksum(arrays, label)))
 
     @staticmethod
-    def load(path: str | Path, *, label: str | None = None, max_vars: int | None = DEFAULT_MAX_VARS) -> "Dag":
+    def load(path: str | Path, *, label: str | None = None, max_vars: int | None = DEFAULT_MAX_VARS,
+             deterministic: bool = False) -> "Dag":
         """Read a circuit written by :meth:`save`; :class:`CircuitFormatError` naming ``path`` when it is
         unreadable, truncated, fails its checksum, holds another ``label`` (when one is asked for) or
-        is not a valid circuit (:meth:`validate`).  Files without a checksum are only validated."""
+        is not a valid circuit (:meth:`validate`).
+
+        A file with a checksum was written by :meth:`save` from a :class:`Dag` (determinism is its maker's
+        part, as for every Dag).  A file without one was made elsewhere: its OR nodes must also pass
+        :meth:`check_or_nodes`, unless ``deterministic=True`` takes the caller's word that they are deterministic."""
         try:
             with np.load(path, allow_pickle=False) as f:
                 arrays = {k: f[k] for k in f.files}
@@ -444,9 +533,15 @@ class Dag:
         if label is not None and stored != label:
             raise CircuitFormatError(f"{path} holds the circuit saved as {stored!r}, not {label!r}")
         try:
-            return Dag.from_arrays(arrays, max_vars=max_vars)
+            dag = Dag.from_arrays(arrays, max_vars=max_vars)
+            if checksum is None and not deterministic:
+                dag.check_or_nodes()
+            return dag
         except CircuitError as e:
-            raise CircuitFormatError(f"{path} is not a valid pseudosl circuit: {e}") from None
+            fix = ("; it has no checksum (Circuit.save writes one), so its OR nodes were checked: pass "
+                   "deterministic=True if it comes from a compiler whose OR nodes are deterministic"
+                   if checksum is None and not deterministic and "OR node" in str(e) else "")
+            raise CircuitFormatError(f"{path} is not a valid pseudosl circuit: {e}{fix}") from None
         except SizeLimitError as e:
             raise SizeLimitError(f"{path}: {e}") from None
 
@@ -467,3 +562,35 @@ def _first_bad(bad: np.ndarray, message: str, values: np.ndarray) -> None:
     if len(where):
         i = int(where[0])
         raise CircuitError(message.format(i=i, x=values[i].item()))
+
+
+def _separated(facts: list[dict[int, int]]) -> bool:
+    """Whether the children with these facts (variable -> allowed values) pairwise exclude each other.
+
+    Splits the children by the values they allow for a variable they all fix, when those value
+    sets are pairwise equal or disjoint (children of different parts exclude each other), and
+    repeats inside each part; False when some part cannot be split this way.
+    """
+    todo = [facts]
+    while todo:
+        group = todo.pop()
+        if len(group) < 2:
+            continue
+        common = set(group[0]).intersection(*group[1:])
+        for v in common:
+            parts: dict[int, list[dict[int, int]]] = {}
+            for f in group:
+                parts.setdefault(f[v], []).append(f)
+            if len(parts) == 1:
+                continue
+            union = 0
+            for values in parts:
+                if union & values:
+                    break
+                union |= values
+            else:
+                todo.extend(parts.values())
+                break
+        else:
+            return False
+    return True

@@ -17,12 +17,17 @@ from __future__ import annotations
 import operator
 
 __all__ = ["CircuitError", "CircuitFormatError", "DimacsFormatError", "SddFormatError", "SizeLimitError",
-           "UnsatisfiableError", "DEFAULT_MAX_VARS", "DEFAULT_MAX_NODES", "DEFAULT_MAX_EDGES", "as_int", "check_int", "check_limit"]
+           "UnsatisfiableError", "DEFAULT_MAX_VARS", "DEFAULT_MAX_NODES", "DEFAULT_MAX_EDGES", "VARS_CEILING", "as_int",
+           "check_int", "check_limit", "check_vars"]
 
 DEFAULT_MAX_VARS = 100_000
 """Default ``max_vars`` of the front-ends: a circuit holds two leaves per Boolean variable, and a root
 smoothed over 10^5 variables is already a 10^5-child node; the limit catches typos such as ``Var(10**6)``
 or ``p cnf 2000000000 1`` before they take the machine's memory."""
+
+VARS_CEILING = 2**31 - 1
+"""The most variables any front-end or loader takes, even with ``max_vars=None``: beyond it PySDD's
+integers overflow, and the two leaves per variable alone would take over 400 GB."""
 
 DEFAULT_MAX_NODES = 20_000_000
 """Default ``max_nodes``: nodes held by PySDD while compiling, by a :class:`CircuitBuilder`, or the
@@ -89,3 +94,11 @@ def check_limit(what: str, size: int, limit: int | None, limit_name: str, why: s
     if size > limit:
         raise SizeLimitError(f"{what} {size:,}, above {limit_name}={limit:,}{why}; pass {limit_name}= a larger "
                              f"value (or None) if you mean it")
+
+
+def check_vars(what: str, n_vars: int, max_vars: int | None, why: str = "") -> None:
+    """:func:`check_limit` of ``max_vars``, then the hard :data:`VARS_CEILING` that ``max_vars=None`` does not lift."""
+    check_limit(what, n_vars, max_vars, "max_vars", why)
+    if n_vars > VARS_CEILING:
+        raise SizeLimitError(f"{what} {n_vars:,}, beyond the {VARS_CEILING:,} variables any circuit can hold even "
+                             f"with max_vars=None (two leaves per variable); use fewer variables")

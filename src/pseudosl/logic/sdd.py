@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from .builder import CircuitBuilder
 from .dag import Dag
-from .errors import DEFAULT_MAX_VARS, CircuitError, SddFormatError, check_int, check_limit
+from .errors import DEFAULT_MAX_VARS, CircuitError, SddFormatError, check_int, check_limit, check_vars
 
 if TYPE_CHECKING:  # pragma: no cover
     from pysdd.sdd import SddNode
@@ -144,7 +144,7 @@ def read_sdd_file(sdd_path: str | Path, vtree_path: str | Path | None = None, n_
         n_vars = largest
     if largest > n_vars:
         raise SddFormatError(f"{sdd_path}: uses variable {largest} but the circuit has only {n_vars} variables")
-    check_limit(f"{sdd_path}: n_vars is", n_vars, max_vars, "max_vars")
+    check_vars(f"{sdd_path}: n_vars is", n_vars, max_vars)
     checker = _PrimeCheck(nodes, vtree, max_check) if vtree is not None else None
     b = CircuitBuilder(n_vars, 2, max_vars=max_vars)
     made: dict[int, int] = {}
@@ -196,7 +196,7 @@ def _parse_sdd(path: Path, vtree: Vtree | None, vtree_path, max_vars: int | None
             lit = _int(tok, 3, path, lineno)
             if lit == 0:
                 raise SddFormatError(f"{path}:{lineno}: literal 0 is not a variable")
-            check_limit(f"{path}:{lineno}: literal {lit} names variable", abs(lit), max_vars, "max_vars")
+            check_vars(f"{path}:{lineno}: literal {lit} names variable", abs(lit), max_vars)
             nodes[node_id] = ("L", lit, _int(tok, 2, path, lineno))
         else:
             k = _int(tok, 3, path, lineno)

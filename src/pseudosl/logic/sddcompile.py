@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .dag import Dag
-from .errors import DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, check_int, check_limit
+from .errors import DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, check_int, check_limit, check_vars
 from .formula import Const, Formula, Var, _Op
 from .sdd import dag_from_pysdd
 
@@ -45,8 +45,7 @@ def compile_with_pysdd(formulas: Sequence[Formula], n_vars: int, *, vtree: str =
     if vtree not in VTREE_TYPES:
         raise ValueError(f"vtree must be one of {VTREE_TYPES}, got {vtree!r}")
     n_vars = check_int("n_vars", n_vars, 1)
-    check_limit("n_vars is", n_vars, max_vars, "max_vars",
-                " (PySDD allocates a vtree and two literals per variable, the circuit two leaves)")
+    check_vars("n_vars is", n_vars, max_vars, " (PySDD allocates a vtree and two literals per variable, the circuit two leaves)")
     if not formulas:
         raise ValueError("need at least one formula to compile")
     for f in formulas:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
-import os
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -35,6 +35,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import Tensor
+
+from ...errors import StorageError
+from ..runs import atomic_path
 
 __all__ = ["SudokuData", "SIZES", "MIN_GIVENS", "box_shape", "board_size", "generate", "augment",
            "count_solutions", "is_valid_solution", "load_satnet", "load_csv", "save_satnet", "save_csv",
@@ -271,14 +274,20 @@ def load_or_generate(n: int, n_missing: int, seed: int, satnet: bool = False,
     key = f"v1-n{n}-m{n_missing}-s{seed}-satnet{int(satnet)}" + (f"-size{size}" if size != 9 else "")
     path = Path(data_dir or default_data_dir()) / f"gen-{hashlib.sha1(key.encode()).hexdigest()[:12]}.pt"
     if path.exists():
-        d = torch.load(path, weights_only=True)
-        if d.get("key") == key:
-            return SudokuData(d["puzzles"], d["solutions"])
+        try:
+            d = torch.load(path, weights_only=True)
+            if d.get("key") == key:
+                return SudokuData(d["puzzles"], d["solutions"])
+        except Exception as e:  # a truncated file raises EOFError, RuntimeError, UnpicklingError, ...
+            warnings.warn(f"{path}: unusable cached puzzles ({type(e).__name__}: {str(e)[:160]}); making them again")
     data = generate(n, n_missing, seed, satnet, size=size)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save({"key": key, "puzzles": data.puzzles, "solutions": data.solutions}, tmp)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StorageError(f"--data-dir {path.parent}: cannot create the folder ({e.strerror or e}); pass a writable "
+                           f"--data-dir") from None
+    with atomic_path(path) as tmp:  # a failed write (disk full) names the path and leaves no temporary file
+        torch.save({"key": key, "puzzles": data.puzzles, "solutions": data.solutions}, tmp)
     return data
 
 

@@ -37,11 +37,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ...errors import StorageError
 from .grid import shortest_paths
 
 __all__ = ["WarcraftDataError", "WarcraftSplit", "COSTS", "CLASS_NAMES", "N_VARIANTS", "SPLITS", "terrain",
@@ -226,7 +228,11 @@ def load_or_generate(k: int, n_train: int, n_val: int, n_test: int, seed: int, r
     folder = Path(data_dir or default_data_dir()) / name
     meta_path = folder / "meta.json"
     if meta_path.is_file():
-        return load_layout(folder), json.loads(meta_path.read_text())
+        try:
+            return load_layout(folder), json.loads(meta_path.read_text())
+        except (OSError, ValueError) as e:  # a truncated or tampered file of the cache: made again
+            warnings.warn(f"{folder}: unusable cached maps ({str(e)[:200]}); making them again")
+            shutil.rmtree(folder, ignore_errors=True)
     data, n_paths, rejected = generate(n_train + n_val + n_test, k, seed, reject_ties)
     cut = np.cumsum([0, n_train, n_val, n_test])
     splits = {s: WarcraftSplit(data.maps[a:b], data.paths[a:b], data.weights[a:b])
@@ -237,9 +243,13 @@ def load_or_generate(k: int, n_train: int, n_val: int, n_test: int, seed: int, r
                            for s, a, b in zip(SPLITS, cut[:-1], cut[1:])}}
     tmp = folder.with_name(f"{name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    save_layout(tmp, splits)
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        save_layout(tmp, splits)
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+    except OSError as e:  # a full disk, permissions: name the folder, leave no half-written one
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise StorageError(f"could not write the generated maps to {folder} ({e.strerror or e}); free space there or "
+                           f"pass another --data-dir") from None
     try:
         os.replace(tmp, folder)  # atomic: readers never see a half-written folder
     except OSError:  # another process wrote it first
