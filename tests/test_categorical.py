@@ -169,7 +169,8 @@ def test_positions_are_made_when_indexed():
     assert [repr(p) for p in pseudosl.positions(5, 3)[1:3]] == ["y[1]", "y[2]"]
     assert [repr(p) for p in pseudosl.positions(3, 3)] == ["y[0]", "y[1]", "y[2]"]
     for bad in (2**70, -2**70 - 1):
-        with pytest.raises(IndexError, match=r"out of range: these positions are y\[0\] \.\. y\[1180591620717411303423\]"):
+        with pytest.raises(IndexError, match=r"out of range: these positions are y\[0\] \.\. "
+                                             r"y\[1180591620717411303423\]"):
             y[bad]
     with pytest.raises(TypeError, match="a position index must be an int, got str"):
         y["a"]

@@ -79,7 +79,8 @@ def test_out_that_cannot_be_a_folder_is_named(tmp_path, case):
     (["sudoku", "train", "--quick", "--n-val", "0", "--patience", "2"], "--patience: patience = 2 stops early on the validation split, "
                                                         "but n_val = 0"),
     (["sudoku", "train", "--config", "/no/such.toml"], "--config /no/such.toml: no such file"),
-    (["sudoku", "train", "--quick", "--models", "convnet", "bogus"], "--models: models: unknown ['bogus']; choose from"),
+    (["sudoku", "train", "--quick", "--models", "convnet", "bogus"],
+     "--models: models: unknown ['bogus']; choose from"),
     (["sudoku", "train", "--quick", "--seeds", "0", "0"], "--seeds: seeds: [0, 0] repeats a seed"),
     (["fidelity", "--hf-model", "gpt2", "--device", "bogus"], "--device 'bogus': not a torch device"),
 ])

@@ -176,7 +176,8 @@ class Circuit(nn.Module):
         return path
 
     @classmethod
-    def load(cls, path: str | Path, *, max_vars: int | None = DEFAULT_MAX_VARS, deterministic: bool = False) -> "Circuit":
+    def load(cls, path: str | Path, *, max_vars: int | None = DEFAULT_MAX_VARS,
+             deterministic: bool = False) -> "Circuit":
         """Read a circuit written by :meth:`save` (the ``.npz`` suffix may be left out): its checksum and
         structure are checked (:meth:`Dag.load`; a bad file is a ``CircuitFormatError`` naming it, one of
         more than ``max_vars`` variables a ``SizeLimitError``).  A file without a checksum (not written by

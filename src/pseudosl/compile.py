@@ -26,7 +26,7 @@ from .logic.automaton import DFA, automaton_dag, forbidden_words_dfa
 from .logic.categorical import CatFormula, categorical_dag
 from .logic.cnf import cnf_formula, normalize_clauses, parse_dimacs
 from .logic.errors import (DEFAULT_MAX_EDGES, DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, UnsatisfiableError, as_int,
-                           check_int, check_limit, check_vars)
+                           check_int, check_vars)
 from .logic.formula import Formula, dag_key
 from .logic.sddcompile import VTREE_TYPES, compile_with_pysdd
 

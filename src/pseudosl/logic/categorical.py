@@ -31,7 +31,8 @@ from .builder import CircuitBuilder
 from .dag import Dag
 from .errors import DEFAULT_MAX_VARS, SizeLimitError, as_int, check_int
 
-__all__ = ["CatFormula", "Position", "Positions", "positions", "all_of", "any_of", "categorical_dag", "CategoricalSizeError"]
+__all__ = ["CatFormula", "Position", "Positions", "positions", "all_of", "any_of", "categorical_dag",
+           "CategoricalSizeError"]
 
 
 class CategoricalSizeError(SizeLimitError):

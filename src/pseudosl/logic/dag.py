@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DEFAULT_MAX_VARS, CircuitError, CircuitFormatError, SizeLimitError, check_limit, check_vars
+from .errors import DEFAULT_MAX_VARS, CircuitError, CircuitFormatError, SizeLimitError, check_vars
 
 __all__ = ["Dag", "FALSE", "TRUE", "CircuitError", "LayerPlan"]
 

@@ -45,7 +45,8 @@ def compile_with_pysdd(formulas: Sequence[Formula], n_vars: int, *, vtree: str =
     if vtree not in VTREE_TYPES:
         raise ValueError(f"vtree must be one of {VTREE_TYPES}, got {vtree!r}")
     n_vars = check_int("n_vars", n_vars, 1)
-    check_vars("n_vars is", n_vars, max_vars, " (PySDD allocates a vtree and two literals per variable, the circuit two leaves)")
+    check_vars("n_vars is", n_vars, max_vars,
+               " (PySDD allocates a vtree and two literals per variable, the circuit two leaves)")
     if not formulas:
         raise ValueError("need at least one formula to compile")
     for f in formulas:
