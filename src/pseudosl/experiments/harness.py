@@ -35,6 +35,7 @@ The loop itself (:func:`train_run`) reads top to bottom.
 from __future__ import annotations
 
 import abc
+import copy
 import json
 import os
 import platform
@@ -52,7 +53,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm.auto import tqdm
 
 from ..errors import PseudoslError, RunFolderError, StorageError
-from .config import RUN_FREE_FIELDS, ConfigError, RunConfig, model_variant, split_model
+from .config import ConfigError, RunConfig, model_variant, split_model
 from .runs import (LOCK, MANIFEST, atomic_path, check_identity, check_manifest, check_out_folder, run_dirs,
                    run_lock, watch_parent, write_manifest)
 from .summary import (format_report, format_table, model_label, paired_comparisons, row_key, selection_reason,
@@ -87,8 +88,10 @@ class Experiment(abc.ABC, Generic[C]):
     ``baselines`` pairs a constrained model with its base (``{"rnn_psl": "rnn"}``): every table then
     reports their per-seed difference with a 95 % interval and a verdict
     (:func:`pseudosl.experiments.summary.paired_comparisons`).  ``decoders`` names extra test-time decoders
-    (``{"constrained": "constrained"}``: config name -> label suffix) that ``evaluate(..., decoder=name)``
-    implements; ``cfg.decoders`` picks some, each adds a row per model from the same checkpoints.
+    (``{"constrained": "constrained"}``: config name -> label suffix, which may name config fields in braces,
+    ``"resample {resample_candidates}"``, filled from the table's config) that ``evaluate(..., decoder=name)``
+    implements; ``cfg.decoders`` picks some, each adds a row per model from the same checkpoints.  The harness
+    seeds torch, numpy and Python with the run's seed before each decoder's evaluation.
     """
 
     name: str                                  # folder under runs/, e.g. "sudoku"
@@ -217,7 +220,7 @@ def load_checkpoint(path: Path, experiment: str | None = None) -> dict:
 
 
 def _check_resumable(saved: dict, cfg: RunConfig, path: Path) -> None:
-    diff = {k: (saved.get(k), v) for k, v in cfg.to_dict().items() if k not in RUN_FREE_FIELDS and saved.get(k) != v}
+    diff = {k: (saved.get(k), v) for k, v in cfg.to_dict().items() if k not in cfg.run_free_fields() and saved.get(k) != v}
     if diff:
         raise ConfigError(f"--resume: {path} was trained with a different config: "
                           + ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
@@ -358,7 +361,7 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
     if state["best_model"] is not None:  # test the checkpoint selected on the validation split
         model.load_state_dict(state["best_model"])
     metrics, pred = _evaluate(exp, model, splits.test, cfg, accelerator)
-    decoded = {d: _evaluate(exp, model, splits.test, cfg, accelerator, decoder=d)[0] for d in cfg.decoders}
+    decoded = {d: _evaluate(exp, model, splits.test, cfg, accelerator, decoder=d, seed=seed)[0] for d in cfg.decoders}
     return {"model": name, "seed": seed, **metrics, "epochs_trained": state["epoch"],
             "selected_epoch": state["best_epoch"] or state["epoch"],
             "selected_on": selection_reason(exp, cfg, state["history"], state["best_epoch"]),
@@ -378,12 +381,15 @@ def _save(exp: Experiment, cfg: RunConfig, name: str, seed: int, state: dict, mo
 
 @torch.no_grad()
 def _evaluate(exp: Experiment, model: nn.Module, data: Any, cfg: RunConfig, accelerator: Any,
-              decoder: str | None = None):
+              decoder: str | None = None, seed: int = 0):
+    """``exp.evaluate`` in eval mode; an extra decoder starts from torch's RNG seeded with the run's ``seed``
+    (numpy's and Python's too), so a sampling decoder's row is reproducible, whichever decoders ran before it."""
     was_training = model.training
     model.eval()
     try:
         if decoder is None:
             return exp.evaluate(model, data, cfg, accelerator)
+        _seed_all(seed)
         return exp.evaluate(model, data, cfg, accelerator, decoder=decoder)
     finally:
         model.train(was_training)
@@ -415,11 +421,21 @@ def _rows(runs: list[dict], models: list[str]) -> tuple[list[dict], list[str]]:
 
 def _tables(exp: Experiment, cfg: RunConfig, runs: list[dict], models: list[str], title: str) -> dict:
     """Summary, paired comparisons and the text of the table for ``runs`` (one config)."""
+    exp = _with_decoder_labels(exp, cfg)
     records, rows = _rows(runs, models)
     summary = summarize(records, exp.metrics, rows)
     comparisons = paired_comparisons(exp, records, rows)
     text = format_report(exp, summary, comparisons, records, title, cfg.note, exp.selection_order(cfg))
     return {"summary": summary, "comparisons": comparisons, "text": text}
+
+
+def _with_decoder_labels(exp: Experiment, cfg: RunConfig) -> Experiment:
+    """``exp`` with its decoder labels filled from ``cfg``: ``"resample {resample_candidates}"`` -> ``"resample 16"``."""
+    if not any("{" in label for label in exp.decoders.values()):
+        return exp
+    view = copy.copy(exp)
+    view.decoders = {d: label.format(**cfg.to_dict()) for d, label in exp.decoders.items()}
+    return view
 
 
 def _machine() -> dict:
@@ -592,7 +608,8 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
         model = accelerator.unwrap_model(accelerator.prepare(model))
         test = data_cache[cfg.content_key()].test
         metrics, _ = _evaluate(exp, model, test, run_cfg, accelerator)
-        decoded = {d: _evaluate(exp, model, test, run_cfg, accelerator, decoder=d)[0] for d in cfg.decoders}
+        decoded = {d: _evaluate(exp, model, test, run_cfg, accelerator, decoder=d, seed=ckpt["seed"])[0]
+                   for d in cfg.decoders}
         groups.setdefault(key, []).append({"model": ckpt["model_name"], "seed": ckpt["seed"], "epoch": ckpt["epoch"],
                                            "path": str(path), **metrics, "decoded": decoded,
                                            "selected_on": selection_reason(exp, run_cfg, ckpt["history"],

@@ -202,7 +202,7 @@ def _cell(row: dict, m: str) -> str:
 
 def format_table(exp: Experiment, summary: dict, title: str) -> str:
     """Row × metric (mean ± std over seeds; ``(n/N)`` where a metric is defined on n of N seeds, ``–`` on
-    none), then the paper's values where it reports them."""
+    none), then the paper's values where it reports them (greedy rows only: an extra decoder's row has none)."""
     paper_cols = [m for m in exp.metrics if any(m in p for p in exp.paper.values())]
     w = max([16] + [len(model_label(exp, name)) + 2 for name in summary])  # model variants have long labels
     head = f"{'Model':<{w}}" + "".join(f"{(m + ' ' + unit(exp, m)).strip():>18}" for m in exp.metrics) + "".join(
@@ -210,7 +210,8 @@ def format_table(exp: Experiment, summary: dict, title: str) -> str:
     lines = [title, head, "-" * len(head)]
     for name, row in summary.items():
         cells = "".join(_cell(row, m) for m in exp.metrics)
-        paper = exp.paper.get(split_model(split_row(name)[0])[0], {})
+        model, decoder = split_row(name)
+        paper = exp.paper.get(split_model(model)[0], {}) if decoder is None else {}  # the paper decodes greedily
         paper_cells = "".join(f"{paper[m]:>18.2f}" if m in paper else f"{'':>18}" for m in paper_cols)
         lines.append(f"{model_label(exp, name):<{w}}{cells}{paper_cells}{len(row['seeds']):>7}")
     return "\n".join(lines)
@@ -239,7 +240,7 @@ def format_comparisons(exp: Experiment, comparisons: list[dict]) -> str:
 def _format_selection(exp: Experiment, runs: list[dict], order: list[str]) -> str:
     per: dict[str, dict[str, int]] = {}
     for r in runs:
-        if r.get("selected_on"):
+        if r.get("selected_on") and split_row(r["model"])[1] is None:  # a decoder's row shares its model's checkpoint
             counts = per.setdefault(r["model"], {})
             counts[r["selected_on"]] = counts.get(r["selected_on"], 0) + 1
     if not per:

@@ -1,11 +1,12 @@
 """Sudoku as autoregressive generation (paper Table 1); see docs/sudoku.md.
 
-``data`` (generator, loaders), ``constraint`` (27 all-different groups + givens),
-``models`` (ConvNet, SudokuRNN), ``config`` (SudokuConfig, TOML presets), ``train`` (the script).
+``data`` (generator, loaders), ``constraint`` (27 all-different groups + givens, one puzzle's conjunction),
+``models`` (ConvNet, SudokuRNN), ``decoding`` (constrained decoders), ``config`` (SudokuConfig, TOML presets),
+``train`` (the script).
 """
 
 from .config import MODELS, SudokuConfig, load_config
-from .constraint import givens_mask, is_consistent, sudoku_circuit, sudoku_groups
+from .constraint import givens_mask, is_consistent, puzzle_circuit, sudoku_circuit, sudoku_groups
 from .data import (
            SudokuData,
            count_solutions,
@@ -16,6 +17,6 @@ from .data import (
            save_satnet,
 )
 
-__all__ = ["MODELS", "SudokuConfig", "load_config", "givens_mask", "is_consistent", "sudoku_circuit",
+__all__ = ["MODELS", "SudokuConfig", "load_config", "givens_mask", "is_consistent", "puzzle_circuit", "sudoku_circuit",
            "sudoku_groups", "SudokuData", "count_solutions", "generate", "load_csv",
            "load_satnet", "save_csv", "save_satnet"]

@@ -54,6 +54,10 @@ class SudokuConfig(RunConfig):
     rnn_hidden: int = spec(128, min=1)
     rnn_layers: int = spec(5, min=1)
     rnn_dropout: float = spec(0.2, min=0.0, max=0.99)
+    # constrained decoding (decoders = ["constrained", "resample"]; test time only, so not in the content key)
+    resample_candidates: int = spec(16, min=1, run_free=True,
+                                    help="decoder 'resample': candidates K per puzzle of the RNN's locally constrained "
+                                         "resampling (pseudosl.constrained_sample; the ConvNet's draw is exact)")
 
     def check(self) -> None:
         from .data import MIN_GIVENS

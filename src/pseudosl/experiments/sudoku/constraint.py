@@ -16,20 +16,36 @@ count in general, and a circuit for it is impractically large); the product is t
 standard tractable surrogate and is exact whenever the groups' probabilities factor.
 On a point mass (a one-hot grid) the two coincide: the grid satisfies the conjunction
 iff every group root is 1 (log-probability 0), see ``tests/test_sudoku_constraint.py``.
+
+One puzzle's conjunction (for constrained decoding, :mod:`.decoding`).  Conditioned on the givens of one puzzle
+the conjunction is small: :func:`puzzle_circuit` compiles "every blank differs from the givens and from the other
+blanks of its row, column and box" (``compile_categorical``; the givens enter as digits, not as positions) into
+one root over all cells, whose models together with the givens mask (``allowed = givens_mask(puzzle)``) are
+exactly the puzzle's completions.  Compiled once per puzzle and process (and cached on disk by
+``compile_categorical``); a puzzle with very many completions (few givens) would give a large circuit and is
+refused above ``max_nodes`` nodes.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Sequence
 
 import torch
 from torch import Tensor
 
+import pseudosl
 from pseudosl import Circuit
+from pseudosl.logic import SizeLimitError
+from pseudosl.logic.categorical import CatFormula, all_of, any_of
+from pseudosl.logic.errors import UnsatisfiableError
 
 from .data import board_size, box_shape
 
-__all__ = ["sudoku_groups", "sudoku_circuit", "givens_mask", "is_consistent", "one_hot_log"]
+__all__ = ["sudoku_groups", "sudoku_circuit", "givens_mask", "is_consistent", "one_hot_log", "puzzle_formula",
+           "puzzle_circuit", "MAX_PUZZLE_NODES"]
+
+MAX_PUZZLE_NODES = 20_000  # a unique 9 x 9 puzzle's circuit has ~700 nodes (10 blanks) to ~500 (40 blanks)
 
 
 def sudoku_groups(size: int = 9) -> list[list[int]]:
@@ -80,3 +96,70 @@ def is_consistent(grids: Tensor, puzzles: Tensor | None = None) -> Tensor:
         p = torch.as_tensor(puzzles).reshape(-1, size * size)
         ok &= ((p == 0) | (p == g)).all(-1)
     return ok
+
+
+# -- one puzzle's conjunction -----------------------------------------------------------------------
+def _group_pairs(size: int) -> list[tuple[int, int]]:
+    """Every pair of cells ``i < j`` that share a row, a column or a box."""
+    return sorted({(min(a, b), max(a, b)) for g in sudoku_groups(size) for a in g for b in g if a != b})
+
+
+def puzzle_formula(puzzle: Sequence[int]) -> CatFormula:
+    """Every row, column and box all different, given the puzzle's givens (``size**2`` digits, 0 = blank), over
+    the cells' classes ``0..size-1``.  The givens are constants: a blank differs from the givens of its groups
+    (``y[i] != g``) and from the other blanks of its groups (``y[i] != y[j]``); two equal givens in a group make
+    it FALSE.  The given cells themselves are not constrained: pass ``givens_mask`` as ``allowed``."""
+    p = [int(v) for v in puzzle]
+    size = board_size(len(p))
+    y = pseudosl.positions(size * size, size)
+    parts: list[CatFormula] = []
+    for i, j in _group_pairs(size):
+        if p[i] and p[j]:
+            if p[i] == p[j]:
+                return any_of([])  # FALSE
+        elif p[i]:
+            parts.append(y[j] != p[i] - 1)
+        elif p[j]:
+            parts.append(y[i] != p[j] - 1)
+        else:
+            parts.append(y[i] != y[j])
+    return all_of(parts)
+
+
+def _show(puzzle: tuple[int, ...]) -> str:
+    return "".join(map(str, puzzle))
+
+
+@lru_cache(maxsize=8192)
+def _compiled_puzzle(puzzle: tuple[int, ...], max_nodes: int, device: str) -> Circuit:
+    size = board_size(len(puzzle))
+    blanks = puzzle.count(0)
+    try:
+        circuit = pseudosl.compile_categorical(puzzle_formula(puzzle), size * size, n_values=size, max_nodes=max_nodes)
+    except UnsatisfiableError:
+        raise UnsatisfiableError(f"puzzle {_show(puzzle)} has no completion (its givens clash, or no filling of "
+                                 "its blanks keeps every row, column and box all different); remove it from the "
+                                 "data") from None
+    except SizeLimitError:
+        raise SizeLimitError(f"the circuit of puzzle {_show(puzzle)} ({blanks} blanks) exceeds max_nodes = "
+                             f"{max_nodes} nodes: the puzzle has too many completions to compile one by one; decode "
+                             "puzzles with more givens, or raise max_nodes (puzzle_circuit's; default "
+                             "MAX_PUZZLE_NODES)") from None
+    return circuit.to(device)
+
+
+def puzzle_circuit(puzzle: Sequence[int] | Tensor, *, max_nodes: int = MAX_PUZZLE_NODES,
+                   device: torch.device | str = "cpu") -> Circuit:
+    """The circuit of :func:`puzzle_formula` on ``device``: one root over the ``size**2`` cells x ``size`` classes,
+    compiled once per puzzle, ``max_nodes`` and device in this process (and cached on disk).  With
+    ``allowed = givens_mask(puzzle)`` its models are the puzzle's completions (digits - 1).
+
+    Raises:
+        UnsatisfiableError: the puzzle has no completion.
+        SizeLimitError: the circuit exceeds ``max_nodes`` nodes (a puzzle with very many completions).
+    """
+    key = tuple(int(v) for v in (puzzle.tolist() if isinstance(puzzle, Tensor) else puzzle))
+    size = board_size(len(key))
+    if any(not 0 <= v <= size for v in key):
+        raise ValueError(f"puzzle {_show(key)}: a cell holds 0 (blank) or a digit 1..{size}")
+    return _compiled_puzzle(key, max_nodes, str(torch.device(device)))

@@ -32,9 +32,9 @@ from pseudosl.psl import RecurrentDecoder
 __all__ = ["ConvNet", "SudokuRNN", "puzzle_one_hot", "build_model"]
 
 
-def puzzle_one_hot(puzzles: Tensor, size: int = 9) -> Tensor:
-    """``(B, size**2)`` digits with 0 = blank -> ``(B, size**2, size + 1)`` float one-hot."""
-    return F.one_hot(puzzles, size + 1).float()
+def puzzle_one_hot(puzzles: Tensor, size: int = 9, dtype: torch.dtype = torch.float32) -> Tensor:
+    """``(B, size**2)`` digits with 0 = blank -> ``(B, size**2, size + 1)`` one-hot of ``dtype`` (the model's)."""
+    return F.one_hot(puzzles, size + 1).to(dtype)
 
 
 class ConvNet(nn.Module):
@@ -51,7 +51,7 @@ class ConvNet(nn.Module):
 
     def forward(self, puzzles: Tensor) -> Tensor:
         s = self.size
-        x = puzzle_one_hot(puzzles, s).transpose(1, 2).reshape(-1, s + 1, s, s)  # (B, 10, 9, 9)
+        x = puzzle_one_hot(puzzles, s, self.inp.weight.dtype).transpose(1, 2).reshape(-1, s + 1, s, s)  # (B, 10, 9, 9)
         h = F.relu(self.inp(x))
         for conv, norm in zip(self.blocks, self.norms):
             h = h + F.relu(norm(conv(h)))                                     # (B, C, 9, 9)
@@ -72,7 +72,7 @@ class SudokuRNN(nn.Module):
                                         step_dim=size + 1)
 
     def conditioning(self, puzzles: Tensor) -> tuple[Tensor, Tensor]:
-        oh = puzzle_one_hot(puzzles, self.size)   # (B, 81, 10)
+        oh = puzzle_one_hot(puzzles, self.size, self.decoder.head.weight.dtype)  # (B, 81, 10)
         return oh.flatten(1), oh                  # context (B, 810), step_inputs (B, 81, 10)
 
     def forward(self, puzzles: Tensor, solutions: Tensor) -> Tensor:

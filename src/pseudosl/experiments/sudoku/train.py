@@ -9,8 +9,10 @@ Models (``models.py``): ``convnet`` (cross-entropy), ``convnet_sl`` (+ semantic 
 ``cfg.size`` (9, or 4 / 6 for the CPU regime).  Metrics, greedy decoding on the test split: Exact
 (grid == the stored solution), Consistent (every row, column and box distinct and the givens kept:
 a valid completion, whichever) and the accuracy on blank cells.  Generated puzzles have a unique
-solution, so there Exact = Consistent; on loaded puzzles with several completions they differ.  Seeds, run folders, checkpoints, ``--resume``,
-results, tables and curves come from :mod:`pseudosl.experiments.harness`.
+solution, so there Exact = Consistent; on loaded puzzles with several completions they differ.  The extra
+decoders ``constrained`` and ``resample`` (``decoders``; :mod:`.decoding`) add a row per model whose outputs
+are valid completions by construction.  Seeds, run folders, checkpoints, ``--resume``, results, tables and
+curves come from :mod:`pseudosl.experiments.harness`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..harness import train as harness_train
 from .config import PRESETS, SudokuConfig
 from .constraint import givens_mask, is_consistent, sudoku_circuit
 from .data import SudokuData, augment, load_csv, load_or_generate, load_satnet
+from .decoding import DECODERS, check_decoder, decode
 from .models import SudokuRNN, build_model
 
 __all__ = ["SudokuExperiment", "Objective", "load_data", "predict", "evaluate", "main", "PAPER", "LABELS"]
@@ -120,25 +123,37 @@ def predict(model: nn.Module, puzzles: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: SudokuData, accelerator: Any,
-             batch_size: int = 500) -> tuple[dict[str, float], Tensor]:
+def evaluate(model: nn.Module, data: SudokuData, accelerator: Any, batch_size: int = 500, decoder: str | None = None,
+             num_candidates: int = 16, generator: torch.Generator | None = None) -> tuple[dict[str, float], Tensor]:
     """Exact, Consistent and blank-cell accuracy (in %) on ``data``, and the predictions ``(N, 81)``.
 
-    Greedy decoding (the RNN keeps the givens); predictions are gathered over processes
-    (``gather_for_metrics``).  The caller puts the model in eval mode.
+    Greedy decoding (the RNN keeps the givens), or the constrained ``decoder`` (:mod:`.decoding`, with
+    ``num_candidates`` and ``generator``; the RNN's ``resample`` adds ``ess``, the mean effective sample size of
+    its weights).  Predictions are gathered over processes (``gather_for_metrics``).  The caller puts the model
+    in eval mode.
     """
+    if decoder is not None:
+        check_decoder(decoder)
     loader = accelerator.prepare(DataLoader(TensorDataset(data.puzzles, data.solutions), batch_size=batch_size))
-    preds, puzzles, solutions = [], [], []
+    preds, puzzles, solutions, ess = [], [], [], []
     for p, s in loader:
-        out = predict(model, p)
+        if decoder is None:
+            out, e = predict(model, p), None
+        else:
+            out, e = decode(model, p, decoder, num_candidates=num_candidates, generator=generator)
         out, p, s = accelerator.gather_for_metrics((out, p, s))
         preds.append(out.cpu()); puzzles.append(p.cpu()); solutions.append(s.cpu())
+        if e is not None:
+            ess.append(accelerator.gather_for_metrics(e).cpu())
     pred, puz, sol = torch.cat(preds), torch.cat(puzzles), torch.cat(solutions)
     exact = (pred == sol).all(1).float().mean().item() * 100
     consistent = is_consistent(pred, puz).float().mean().item() * 100
     blank = puz == 0
     blank_acc = ((pred == sol) & blank).sum().item() / max(int(blank.sum()), 1) * 100  # extra: accuracy on blanks
-    return {"exact": exact, "consistent": consistent, "blank_acc": blank_acc}, pred
+    metrics = {"exact": exact, "consistent": consistent, "blank_acc": blank_acc}
+    if ess:
+        metrics["ess"] = torch.cat(ess).float().mean().item()
+    return metrics, pred
 
 
 # -- the experiment ---------------------------------------------------------------------------------
@@ -148,6 +163,7 @@ class SudokuExperiment(Experiment[SudokuConfig]):
     labels = LABELS
     metrics = ("exact", "consistent", "blank_acc")
     baselines = {"convnet_sl": "convnet", "rnn_psl": "rnn"}
+    decoders = DECODERS
     paper = PAPER
     presets = PRESETS
 
@@ -164,8 +180,14 @@ class SudokuExperiment(Experiment[SudokuConfig]):
     def objective(self, model: nn.Module, name: str, cfg: SudokuConfig) -> nn.Module:
         return Objective(model, name, cfg)
 
-    def evaluate(self, model: nn.Module, data: SudokuData, cfg: SudokuConfig, accelerator: Any):
-        return evaluate(model, data, accelerator)
+    def evaluate(self, model: nn.Module, data: SudokuData, cfg: SudokuConfig, accelerator: Any,
+                 decoder: str | None = None):
+        if decoder is None:
+            return evaluate(model, data, accelerator)
+        # the harness seeded torch with the run's seed: the decoder's draws are reproducible
+        generator = torch.Generator(accelerator.device).manual_seed(torch.initial_seed())
+        return evaluate(model, data, accelerator, decoder=decoder, num_candidates=cfg.resample_candidates,
+                        generator=generator)
 
     def plot_examples(self, test: SudokuData, predictions: dict[str, Tensor], path: Path) -> None:
         from .plots import plot_grids

@@ -2,7 +2,8 @@
 
 ``data`` (the real layout's loader, the procedural generator, the cache), ``grid`` (minimum-cost
 paths, paths as edge vectors), ``models`` (ResNet-18, CNN-LSTM), ``metrics`` (Exact, Consistent,
-cost ratio), ``config`` (WarcraftConfig, TOML presets), ``train`` (the experiment on the harness).
+cost ratio), ``decoding`` (constrained decoders), ``config`` (WarcraftConfig, TOML presets), ``train`` (the
+experiment on the harness).
 """
 
 from .config import MODELS, WarcraftConfig, load_config

@@ -51,6 +51,11 @@ class WarcraftConfig(RunConfig):
     lstm_hidden: int = spec(512, min=1, help="CNN-LSTM: LSTM hidden size")
     pos_dim: int = spec(32, min=0, help="CNN-LSTM: learned edge-position embedding fed at every step (0 = none)")
     eval_batch_size: int = spec(250, min=1, help="maps per batch when evaluating")
+    # constrained decoding (decoders = ["constrained", "resample"]; test time only, so not in the content key)
+    resample_candidates: int = spec(16, min=1, run_free=True,
+                                    help="decoder 'resample': candidates K per map of the CNN-LSTM's locally "
+                                         "constrained resampling (pseudosl.constrained_sample; the ResNet's draw "
+                                         "is exact)")
 
     def check(self) -> None:
         if not (self.data == "generate" or self.data.startswith("dir:")):

@@ -7,8 +7,10 @@
 Models (``models.py``): ``resnet`` (binary cross-entropy per edge), ``resnet_sl`` (+ semantic loss
 of the simple-path circuit on the edge logits), ``lstm`` (CNN-LSTM, teacher-forced cross-entropy),
 ``lstm_psl`` (+ pseudo-semantic loss around a sample of the CNN-LSTM).  Metrics (``metrics.py``),
-greedy decoding on the test split: Exact, Consistent, cost ratio.  Seeds, run folders,
-checkpoints, ``--resume``, results, tables and curves come from :mod:`pseudosl.experiments.harness`.
+greedy decoding on the test split: Exact, Consistent, cost ratio.  The extra decoders ``constrained`` and
+``resample`` (``decoders``; :mod:`.decoding`) add a row per model whose outputs are simple paths by
+construction.  Seeds, run folders, checkpoints, ``--resume``, results, tables and curves come from
+:mod:`pseudosl.experiments.harness`.
 
 Labels.  Whatever the source, the training label of a map is the 4-connected minimum-cost path
 recomputed from its ``vertex_weights`` (:func:`~.grid.shortest_paths`), as an edge vector in
@@ -35,6 +37,7 @@ from ..harness import Experiment, Splits
 from ..harness import train as harness_train
 from .config import PRESETS, WarcraftConfig
 from .data import SPLITS, WarcraftSplit, load_layout, load_or_generate
+from .decoding import DECODERS, check_decoder, decode
 from .grid import edge_index, mask_to_edges, shortest_paths
 from .metrics import path_metrics
 from .models import CNNLSTM, EdgeResNet, build_model
@@ -140,25 +143,39 @@ class Objective(nn.Module):
 
 # -- evaluation ------------------------------------------------------------------------------------
 @torch.no_grad()
-def evaluate(model: nn.Module, data: WarcraftData, accelerator: Any,
-             batch_size: int = 250) -> tuple[dict[str, float], np.ndarray]:
-    """Exact, Consistent (%), cost ratio and edge F1 (%) of greedy decodes on ``data``, and the predictions ``(N, E)``.
+def evaluate(model: nn.Module, data: WarcraftData, accelerator: Any, batch_size: int = 250,
+             decoder: str | None = None, circuit: pseudosl.Circuit | None = None, num_candidates: int = 16,
+             generator: torch.Generator | None = None) -> tuple[dict[str, float], np.ndarray]:
+    """Exact, Consistent (%), cost ratio and edge F1 (%) of decodes on ``data``, and the predictions ``(N, E)``.
 
     Greedy decoding: the ResNet thresholds every edge at probability 0.5, the CNN-LSTM takes the
-    argmax edge by edge.  Predictions are gathered over processes (``gather_for_metrics``).
+    argmax edge by edge.  Or the constrained ``decoder`` (:mod:`.decoding`) with the simple-path ``circuit``,
+    ``num_candidates`` and ``generator``; the CNN-LSTM's ``resample`` adds ``ess``, the mean effective sample
+    size of its weights.  Predictions are gathered over processes (``gather_for_metrics``).
     """
+    if decoder is not None:
+        check_decoder(decoder)
+        if circuit is None:
+            raise ValueError(f"decoder = {decoder!r} needs the simple-path circuit: pass circuit=path_circuit(k)")
     idx = torch.arange(len(data))
     loader = accelerator.prepare(DataLoader(TensorDataset(data.maps, idx), batch_size=batch_size))
-    preds, order = [], []
+    preds, order, ess = [], [], []
     for maps, i in loader:
-        out = model.predict(maps)
+        if decoder is None:
+            out, e = model.predict(maps), None
+        else:
+            out, e = decode(model, maps, circuit, decoder, num_candidates=num_candidates, generator=generator)
         out, i = accelerator.gather_for_metrics((out, i))
         preds.append(out.cpu()); order.append(i.cpu())
+        if e is not None:
+            ess.append(accelerator.gather_for_metrics(e).cpu())
     n_edges = len(edge_index(data.grid)[0])
     pred = np.zeros((len(data), n_edges), dtype=np.int64)
     if preds:
         pred[torch.cat(order).numpy()] = torch.cat(preds).numpy()
     metrics, _ = path_metrics(pred, data.weights, data.optimum, data.edges.numpy())
+    if ess:
+        metrics["ess"] = torch.cat(ess).float().mean().item()
     return metrics, pred
 
 
@@ -171,6 +188,7 @@ class WarcraftExperiment(Experiment[WarcraftConfig]):
     units = {"cost_ratio": "x"}
     lower_is_better = frozenset({"cost_ratio"})
     baselines = {"resnet_sl": "resnet", "lstm_psl": "lstm"}
+    decoders = DECODERS
     paper = PAPER
     presets = PRESETS
 
@@ -190,8 +208,15 @@ class WarcraftExperiment(Experiment[WarcraftConfig]):
     def objective(self, model: nn.Module, name: str, cfg: WarcraftConfig) -> nn.Module:
         return Objective(model, name, cfg, _grid(cfg))
 
-    def evaluate(self, model: nn.Module, data: WarcraftData, cfg: WarcraftConfig, accelerator: Any):
-        return evaluate(model, data, accelerator, cfg.eval_batch_size)
+    def evaluate(self, model: nn.Module, data: WarcraftData, cfg: WarcraftConfig, accelerator: Any,
+                 decoder: str | None = None):
+        if decoder is None:
+            return evaluate(model, data, accelerator, cfg.eval_batch_size)
+        circuit = path_circuit(data.grid, cfg.max_path_edges).to(accelerator.device)
+        # the harness seeded torch with the run's seed: the decoder's draws are reproducible
+        generator = torch.Generator(accelerator.device).manual_seed(torch.initial_seed())
+        return evaluate(model, data, accelerator, cfg.eval_batch_size, decoder=decoder, circuit=circuit,
+                        num_candidates=cfg.resample_candidates, generator=generator)
 
     def plot_examples(self, test: WarcraftData, predictions: dict[str, np.ndarray], path: Path) -> None:
         from .plots import plot_maps
