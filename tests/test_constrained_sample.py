@@ -158,6 +158,42 @@ def test_draws_follow_the_exact_output_distribution(k):
         assert sample_fit(got, other)[0] > bound
 
 
+@pytest.mark.parametrize("mode", ["resample", "mpe"])
+def test_positions_fixed_by_allowed_are_not_computed_and_the_output_stays_exact(mode):
+    """``allowed`` leaving one value at a position (a Sudoku's givens): its conditional is skipped (it cancels in
+    q), and the outputs follow the exact output distribution for ``alpha AND allowed`` (argmax for ``mpe``)."""
+    model, truth = GRU(seed=2), random_truth(2, density=0.5)
+    circuit, log_p = circuit_from_truth(truth, N, K_VALUES), table_of(model)
+    ys = oracle.assignments(N, K_VALUES)
+    allowed = torch.ones(1, N, K_VALUES, dtype=torch.bool)
+    allowed[0, 1] = False
+    allowed[0, 1, 2] = True      # position 1 fixed to 2
+    allowed[0, 3, 0] = False     # position 3 in {1, 2}
+    fits = allowed[0].numpy()[np.arange(N), ys].all(1)
+    both = truth & fits
+    assert both.sum() > 2
+    anchor = torch.tensor([[0, 2, 1, 1]])
+    engine = model.engine()
+    seen = []
+    real = engine.local_conditionals
+    engine.local_conditionals = lambda *a, **kw: seen.append(kw.get("positions")) or real(*a, **kw)
+    draws = 20_000 if mode == "resample" else 1
+    y = pseudosl.constrained_sample(engine, circuit, anchor.expand(draws, N), mode=mode,
+                                    num_candidates=2 if mode == "resample" else None,
+                                    allowed=allowed.expand(draws, N, K_VALUES),
+                                    generator=torch.Generator().manual_seed(0))
+    assert torch.equal(seen[0], torch.tensor([[True, False, True, True]]).expand(draws, N))
+    q = local_proposal(log_p.view((K_VALUES,) * N), tuple(anchor[0].tolist()), both)
+    if mode == "mpe":
+        assert torch.equal(y[0], torch.as_tensor(ys[q.argmax()]))
+        return
+    got, want = counts(y), oracle.resampling_output(q, log_p, 2)
+    assert got[torch.as_tensor(~both)].sum() == 0
+    l1, bound, _ = sample_fit(got, want)
+    assert l1 <= bound, (l1, bound)
+    assert sample_fit(got, oracle.resampling_output(q, log_p, 1))[0] > bound  # the check has power
+
+
 def test_anchors_drawn_from_the_model_and_large_k_approach_the_target():
     model, truth = GRU(seed=3), random_truth(3)
     circuit, log_p = circuit_from_truth(truth, N, K_VALUES), table_of(model)

@@ -244,7 +244,7 @@ def test_decoder_rows_appear_in_tables_and_through_eval(tmp_path, capsys):
     selection = next(line for line in table.splitlines() if line.startswith("Checkpoints selected"))
     assert "RNN: " in selection and "+ constrained" not in selection          # one checkpoint per model
     ess = [r["decoded"]["resample"]["ess"] for r in res["runs"] if r["model"] == "rnn"]
-    assert len(ess) == 2 and all(1 <= e <= 4 for e in ess)
+    assert len(ess) == 2 and all(1 - 1e-5 <= e <= 4 + 1e-5 for e in ess)  # float32 weights
     assert res["content_key"] == SudokuConfig(**{**res["config"], "resample_candidates": 16,
                                                  "decoders": []}).content_key()
     plain = tmp_path / "plain"

@@ -78,7 +78,8 @@ class ResampleDiagnostics:
         ess: ``(B,)`` effective sample size of the self-normalised weights, ``(sum w)^2 / sum w^2`` in ``[1, K]``
             (``K``: all weights equal, the proposal is the target up to a constant; 1: one candidate takes all);
             1 in ``mode="mpe"``.
-        log_p_constraint: ``(B,)`` ``log p~_y(alpha AND allowed)``, the local distribution's mass on the constraint.
+        log_p_constraint: ``(B,)`` ``log p~_y(alpha AND allowed)``, the local distribution's mass on the constraint;
+            positions where ``allowed`` leaves one value are conditioned on (their conditional counts as 1, not computed).
     """
 
     anchor: Tensor
@@ -242,8 +243,11 @@ def constrained_sample(engine: Engine, circuit: Circuit | Constraint, sample: Te
         diag = ResampleDiagnostics(sample, empty, none, none, sample.new_zeros(0), torch.zeros(0), torch.zeros(0))
         return (sample, diag) if return_diagnostics else sample
 
-    # the proposal q = p~_y(. | alpha AND allowed): the local conditionals, conditioned by the circuit
-    cond = engine.local_conditionals(sample, chunk_size=chunk_size).detach()  # (B, n, k) circuit values
+    # the proposal q = p~_y(. | alpha AND allowed): the local conditionals, conditioned by the circuit.  A position
+    # where ``allowed`` leaves one value takes it in every candidate whatever its conditional (its factor cancels
+    # in q), so only the positions with a choice are computed (a Sudoku's blanks: 10 of 81)
+    positions = allowed.sum(-1) > 1 if allowed is not None else None
+    cond = engine.local_conditionals(sample, chunk_size=chunk_size, positions=positions).detach()  # (B, n, k)
     folded = engine.value_map is not None
     if mode == "mpe":
         values, log_q, log_z = _mpe(engine, circuit, sample, cond, allowed, root)
