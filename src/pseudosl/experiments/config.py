@@ -39,12 +39,13 @@ class ConfigError(PseudoslError, ValueError):
 
 def spec(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
          min: float | None = None, max: float | None = None, choices: tuple | None = None,
-         help: str = "") -> Any:
+         help: str = "", run_free: bool = False) -> Any:
     """A dataclass field with a checked range (``min``/``max``, inclusive) or set of ``choices``.
 
-    For list fields the range and the choices apply to every element.
+    For list fields the range and the choices apply to every element.  ``run_free``: the field does not change
+    what a training run computes (e.g. a setting of an extra test-time decoder), like :data:`RUN_FREE_FIELDS`.
     """
-    meta = {"min": min, "max": max, "choices": choices, "help": help}
+    meta = {"min": min, "max": max, "choices": choices, "help": help, "run_free": run_free}
     if default_factory is not dataclasses.MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -117,9 +118,15 @@ class RunConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def run_free_fields(cls) -> frozenset[str]:
+        """:data:`RUN_FREE_FIELDS` and the fields of ``cls`` declared with ``spec(..., run_free=True)``."""
+        return RUN_FREE_FIELDS | {f.name for f in dataclasses.fields(cls) if f.metadata.get("run_free")}
+
     def content_key(self) -> str:
-        """8 hex digits naming what the runs compute (every field but :data:`RUN_FREE_FIELDS`)."""
-        d = {k: v for k, v in self.to_dict().items() if k not in RUN_FREE_FIELDS}
+        """8 hex digits naming what the runs compute (every field but :meth:`run_free_fields`)."""
+        free = self.run_free_fields()
+        d = {k: v for k, v in self.to_dict().items() if k not in free}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:8]
 
 
@@ -155,7 +162,7 @@ def model_variant(cfg: "RunConfig", spec: str) -> tuple[str, "RunConfig"]:
     for key in overrides:
         if key not in names:
             raise ConfigError(f"models: {spec!r}: {key!r} is not a config field")
-        if key in RUN_FREE_FIELDS:
+        if key in cfg.run_free_fields():
             raise ConfigError(f"models: {spec!r}: {key!r} is the same for every run and cannot vary per model")
     values = {**cfg.to_dict(), **overrides, "models": [base]}
     try:

@@ -52,7 +52,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm.auto import tqdm
 
 from ..errors import PseudoslError, RunFolderError, StorageError
-from .config import RUN_FREE_FIELDS, ConfigError, RunConfig, model_variant, split_model
+from .config import ConfigError, RunConfig, model_variant, split_model
 from .runs import (LOCK, MANIFEST, atomic_path, check_identity, check_manifest, check_out_folder, run_dirs,
                    run_lock, watch_parent, write_manifest)
 from .summary import (format_report, format_table, model_label, paired_comparisons, row_key, selection_reason,
@@ -100,6 +100,7 @@ class Experiment(abc.ABC, Generic[C]):
     lower_is_better: frozenset[str] = frozenset()  # metrics where smaller is better (for model selection)
     selection_metrics: tuple[str, ...] = ()    # validation order of the default selection (default: ``metrics``)
     baselines: dict[str, str] = {}             # constrained model -> its base model, compared seed by seed
+    comparison_metrics: tuple[str, ...] = ()  # the metrics compared seed by seed (default: ``metrics``)
     decoders: dict[str, str] = {}              # extra test-time decoders: name -> label suffix of their rows
     presets: Path                              # folder of the shipped <name>.toml presets
     curve_metrics: tuple[str, ...] = ()        # metrics plotted in curves.png (default: all of ``metrics``)
@@ -217,7 +218,7 @@ def load_checkpoint(path: Path, experiment: str | None = None) -> dict:
 
 
 def _check_resumable(saved: dict, cfg: RunConfig, path: Path) -> None:
-    diff = {k: (saved.get(k), v) for k, v in cfg.to_dict().items() if k not in RUN_FREE_FIELDS and saved.get(k) != v}
+    diff = {k: (saved.get(k), v) for k, v in cfg.to_dict().items() if k not in cfg.run_free_fields() and saved.get(k) != v}
     if diff:
         raise ConfigError(f"--resume: {path} was trained with a different config: "
                           + ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
