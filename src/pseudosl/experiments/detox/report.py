@@ -109,7 +109,8 @@ def plot_comparison(summary: dict[str, dict], labels: dict[str, str], path: str 
             for x, m in zip(xs, means):
                 if m == 0:  # a bar of height 0 is drawn but invisible: say so
                     ax.annotate("0", (x, 0), ha="center", va="bottom", fontsize=7, color=f"C{j}")
-        top = max([v for line in ax.containers for v in getattr(line, "datavalues", []) if math.isfinite(v)] or [1])
+        top = max([v for bars in ax.containers for v in getattr(bars, "datavalues", []) if math.isfinite(v)] + [0.0])
+        top = top or 1.0  # every bar 0 (a word rate with a decoder)
         ax.set_ylim(0, top * (1.1 + 0.1 * len(ax.containers)))  # room for the legend above the bars
         ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(models))],
                       [labels.get(m, m) for m in models])

@@ -322,7 +322,10 @@ class DetoxExperiment(Experiment[DetoxConfig]):
         return evaluate(model, data, cfg, self.context(cfg)[0], decoder)
 
     def selection_key(self, val: dict[str, float], cfg: DetoxConfig) -> list[float]:
-        return [-val["ppl"]] if cfg.select == "ppl" else [-val["emt_full"], -val["ppl"]]
+        return [-val[m] for m in self.selection_order(cfg)]
+
+    def selection_order(self, cfg: DetoxConfig | None = None) -> list[str]:
+        return ["ppl"] if cfg is not None and cfg.select == "ppl" else ["emt_full", "ppl"]
 
     def run_action(self, action: str, cfg: DetoxConfig) -> None:
         if action == "pretrain":
