@@ -269,7 +269,8 @@ def build_context(cfg: DetoxConfig, print_fn: Any = print) -> tuple[Context, Spl
     desc = (f"{len(s)} unprompted samples (mean toxicity {s.mean():.3f}, word rate "
             f"{word_rate(gens['ids'].tolist(), fw.sequences):.3f}; SGEAT keeps {len(clean)} at <= {s[clean].max():.3f}), "
             f"{len(val_prompts)} validation / {len(test_prompts)} test prompts ({n_toxic} toxic), "
-            f"{len(ppl_texts)} perplexity texts ({len(lo)} for word banning); salt rate {cfg.salt_rate}; constraint: {fw.stats.get('n_sequences')} forbidden sequences, "
+            f"{len(ppl_texts)} perplexity texts ({len(lo)} for word banning); salt rate {cfg.salt_rate}; "
+            f"constraint: {fw.stats.get('n_sequences')} forbidden sequences, "
             f"{fw.stats.get('n_tokens')} tokens, window {cfg.psl_window}; scorer {scorer.name}")
     return ctx, Splits(TensorDataset(train_ids, windows), val, test, desc)
 
