@@ -3,29 +3,11 @@ emits them constantly without banning and never completes a banned sequence with
 
 import torch
 
-from detox_tokenizer import tiny_tokenizer
+from detox_tokenizer import biased_gpt2, tiny_tokenizer
 from pseudosl.experiments.detox.banning import bad_words_ids, banned_generate_kwargs
 from pseudosl.experiments.detox.constraint import contains_forbidden, forbidden_sequences
 
 WORDS = ["darn", "heck", "frickin", "brown dog", "xyzzy"]
-
-
-def biased_gpt2(vocab_size: int, favoured: list[int], logit: float = 6.0):
-    """A 1-layer random GPT-2 whose next-token distribution puts most mass on ``favoured`` tokens."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=vocab_size, n_positions=64, bos_token_id=0, eos_token_id=0,
-                     tie_word_embeddings=False)
-    model = GPT2LMHeadModel(cfg).eval()
-    with torch.no_grad():
-        direction = torch.zeros(32)
-        direction[0] = 1.0
-        model.transformer.ln_f.weight.zero_()      # the final hidden state is always `direction`
-        model.transformer.ln_f.bias.copy_(direction)
-        model.lm_head.weight.normal_(0.0, 0.1)
-        model.lm_head.weight[favoured] += logit * direction
-    return model
 
 
 def _samples(model, tok, n: int, **kwargs) -> list[list[int]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -114,7 +115,7 @@ def test_psl_objective_backpropagates_and_lowers_the_loss(tmp_path, shared):
     psl = []
     for _ in range(6):
         loss, parts = objective(ids, windows)
-        assert set(parts) == {"lm", "psl"} and torch.isfinite(loss)
+        assert set(parts) == {"data", "constraint", "psl"} and torch.isfinite(loss)
         opt.zero_grad()
         loss.backward()
         assert objective.model.transformer.wte.weight.grad.abs().sum() > 0
@@ -122,7 +123,7 @@ def test_psl_objective_backpropagates_and_lowers_the_loss(tmp_path, shared):
         psl.append(parts["psl"].item())
     assert psl[-1] < psl[0]
     loss, parts = objective(ids, windows, constrained=False)  # warm-up epochs: the LM loss only
-    assert set(parts) == {"lm"}
+    assert set(parts) == {"data"}
 
 
 def test_psl_on_model_samples(tmp_path, shared):
@@ -136,7 +137,9 @@ def test_quick_pipeline_end_to_end_with_resume_and_eval(tmp_path, shared, capsys
     from pseudosl.cli import main as cli_main
     from pseudosl.experiments.detox.train import METRICS, DetoxExperiment
     from pseudosl.experiments.harness import load_checkpoint, train
-    cfg = _cfg(tmp_path, shared, epochs=1, patience=3)
+    # the decoders' continuations (5 tokens) are longer than the PSL's window (4): a constraint of their own
+    same = dict(patience=3, eval_new_tokens=5, decoders=["processor", "resample"], resample_candidates=2)
+    cfg = _cfg(tmp_path, shared, epochs=1, **same)
     exp = DetoxExperiment()
     result = train(exp, cfg)
     out = tmp_path / "out"
@@ -146,19 +149,28 @@ def test_quick_pipeline_end_to_end_with_resume_and_eval(tmp_path, shared, capsys
     assert set(runs) == {"base", "sgeat", "psl"}
     for r in runs.values():
         assert all(0 <= r[m] <= 1 for m in METRICS if "ppl" not in m and r[m] == r[m]), r  # NaN: no prompt in a subset
-        assert r["ppl"] > 1 and r["ban_ppl"] > 1
+        assert r["ppl"] > 1 and r["ban_ppl"] > 1 and r["ban_word_rate"] == 0.0
+        processor, resample = r["decoded"]["processor"], r["decoded"]["resample"]
+        assert processor["word_rate"] == resample["word_rate"] == 0.0 and processor["ppl"] > 1
+        assert math.isnan(resample["ppl"]) and all(math.isnan(d[m]) for d in (processor, resample)
+                                                   for m in METRICS if m.startswith("ban_"))
+    pairs = {(c["model"], c["base"]) for c in result["comparisons"]}
+    assert {("psl", "sgeat"), ("sgeat", "base"), ("psl|processor", "sgeat|processor"), ("psl|resample", "psl")} <= pairs
+    assert not any(c["metric"].startswith("ban_") for c in result["comparisons"] if "|" in c["model"])
     assert runs["base"]["epochs_trained"] == 0 and runs["psl"]["epochs_trained"] == 1
     # the PSL term ran: its loss differs from SGEAT's (same data, same seed)
     assert runs["psl"]["history"][0]["train_loss"] != runs["sgeat"]["history"][0]["train_loss"]
     table = (out / "table_paper.md").read_text()
-    assert "SGEAT + PSL + word banning" in table and "Full EMT" in table
+    assert "SGEAT + PSL + word banning" in table and "Full EMT" in table and "Word rate" in table
+    assert "| SGEAT + PSL + constraint processor |" in table and "| Base LM + resample |" in table
+    assert "(0.3411)" in table and "(25.85)" in table  # the paper's Table 3, its Toxicity Prob. as a fraction
     # --resume continues to epoch 2 from the saved state; base stays untrained
-    more = _cfg(tmp_path, shared, epochs=2, patience=3)
+    more = _cfg(tmp_path, shared, epochs=2, **same)
     train(exp, more, resume=True)
     assert load_checkpoint(out / "psl-seed0" / "checkpoint.pt", "detox")["epoch"] == 2
     assert load_checkpoint(out / "base-seed0" / "checkpoint.pt", "detox")["epoch"] == 0
     # ... exactly: the same weights as 2 epochs without a break (evaluation sampling does not touch the RNG)
-    straight = _cfg(tmp_path, shared, epochs=2, patience=3, models=["sgeat"], out=str(tmp_path / "straight"))
+    straight = _cfg(tmp_path, shared, epochs=2, **same, models=["sgeat"], out=str(tmp_path / "straight"))
     train(exp, straight)
     a = load_checkpoint(out / "sgeat-seed0" / "checkpoint.pt", "detox")["model"]
     b = load_checkpoint(tmp_path / "straight" / "sgeat-seed0" / "checkpoint.pt", "detox")["model"]
@@ -215,3 +227,96 @@ def test_late_inputs_are_checked_before_any_work(tmp_path, shared, monkeypatch):
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert r.stderr.strip().splitlines()[-1].startswith("pseudosl: error: ") and message in r.stderr, r.stderr
         assert not data.exists()  # nothing was pretrained or sampled
+
+
+# -- the cpu regime: word rate, salting, constrained decoders ------------------------------------------------
+def test_word_rate_on_hand_made_texts():
+    from pseudosl.experiments.detox.constraint import forbidden_sequences
+    from pseudosl.experiments.detox.metrics import word_rate
+    from detox_tokenizer import tiny_tokenizer
+    tok = tiny_tokenizer()
+    seqs = forbidden_sequences(tok, WORDS)
+    texts = ["the quick brown fox", "darn it, the dog", "what the heck is it", "a good day for a walk"]
+    ids = [tok.encode(t, add_special_tokens=False) for t in texts]
+    assert word_rate(ids, seqs) == 0.5
+    eos = tok.eos_token_id
+    cut = ids[0] + [eos] + tok.encode(" darn", add_special_tokens=False)  # the word comes after the text ended
+    assert word_rate([cut], seqs, eos=eos) == 0.0 and word_rate([cut], seqs) == 1.0
+    assert word_rate([ids[1], ids[1]], seqs) == 1.0
+    with pytest.raises(ValueError, match="empty"):
+        word_rate([], seqs)
+
+
+def test_salting_honours_the_rate_deterministically():
+    from pseudosl.experiments.detox.corpus import salt_documents
+    docs = [" ".join(f"w{i}_{j}" for j in range(50)) for i in range(200)]  # 10,000 words
+    salted = salt_documents(docs, ["darn", "heck"], 0.1, seed=3)
+    assert salted == salt_documents(docs, ["darn", "heck"], 0.1, seed=3)  # a function of its arguments
+    assert salted != salt_documents(docs, ["darn", "heck"], 0.1, seed=4)
+    inserted = [w for d in salted for w in d.split() if not w.startswith("w")]
+    assert {"darn", "heck"} == set(inserted)
+    assert abs(len(inserted) - 1000) < 4 * (10_000 * 0.1 * 0.9) ** 0.5  # Binomial(10000, 0.1): within 4 sd
+    for d, s in zip(docs, salted):  # the original words, in order, plus the inserted ones
+        assert [w for w in s.split() if w.startswith("w")] == d.split()
+    assert salt_documents(docs, ["darn"], 0.0, seed=3) == docs
+    assert all(s.split()[1::2] == ["darn"] * 50 for s in salt_documents(docs, ["darn"], 1.0, seed=3))
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="rate"):
+            salt_documents(docs, ["darn"], bad, seed=0)
+    with pytest.raises(ValueError, match="words"):
+        salt_documents(docs, [], 0.1, seed=0)
+
+
+def test_salted_corpus_is_cached_and_config_values_are_named(tmp_path, shared):
+    from pseudosl.experiments.detox.corpus import load_corpus, load_documents
+    cfg = _cfg(tmp_path, shared, salt_rate=0.2, data_dir=str(tmp_path / "cache"))
+    docs = load_documents(cfg)
+    (entry,) = (tmp_path / "cache" / "corpus").glob("salted-*.json")
+    assert json.loads(entry.read_text())["documents"] == docs and load_documents(cfg) == docs
+    plain = load_corpus(cfg.corpus)
+    assert docs != plain and sum(d.split().count("darn") for d in docs) > sum(d.split().count("darn") for d in plain)
+    assert load_documents(_cfg(tmp_path, shared)) == plain  # salt_rate 0: the corpus as it is, nothing cached
+    for bad in (-0.5, 1.5):
+        with pytest.raises(ConfigError, match="salt_rate"):
+            _cfg(tmp_path, shared, salt_rate=bad)
+    with pytest.raises(ConfigError, match="salt_rate = 0.1 salts the pretraining corpus"):
+        _cfg(tmp_path, shared, salt_rate=0.1, model="gpt2")
+    with pytest.raises(ConfigError, match=r"--words: \['gosh'\] is not on the word list"):
+        _cfg(tmp_path, shared, words=["darn", "gosh"]).preflight()
+    assert _cfg(tmp_path, shared, words=["heck"]).forbidden_words() == ["heck"]
+    from pseudosl.experiments.detox.train import DetoxExperiment
+    from pseudosl.experiments.harness import train
+    with pytest.raises(ConfigError, match="no decoder 'beam'"):
+        train(DetoxExperiment(), _cfg(tmp_path, shared, decoders=["beam"]))
+
+
+@pytest.mark.parametrize("resample", [None, 3])
+def test_constrained_decoders_never_emit_a_forbidden_sequence_and_reproduce(resample):
+    import copy
+    from detox_tokenizer import biased_gpt2, tiny_tokenizer
+    from pseudosl.experiments.detox.constraint import forbidden_words_constraint
+    from pseudosl.experiments.detox.lm import ConstrainedDecoding, sample_continuations
+    words = ["darn", "heck", "frickin", "brown dog"]
+    tok = copy.deepcopy(tiny_tokenizer())
+    tok.pad_token, tok.padding_side = tok.eos_token, "left"
+    n = 6  # the continuation, longer than the PSL's window of 4: its own constraint
+    fw = forbidden_words_constraint(tok, words, window=n, cache=False)
+    model = biased_gpt2(len(tok), sorted({t for s in fw.sequences for t in s}))
+    prompts = ["the quick", "a darn good heck of a day, said the brown", "frickin"]  # left padding: offsets differ
+
+    def brute_force_hits(ids):  # every start, every sequence, on the token ids
+        return [(row, i) for row, c in enumerate(ids.reshape(-1, n).tolist()) for s in fw.sequences
+                for i in range(n - len(s) + 1) if c[i:i + len(s)] == s]
+
+    def run(decoding, seed=0):
+        torch.manual_seed(seed)
+        return sample_continuations(model, tok, prompts, 4, n, batch_size=2, decoding=decoding)
+
+    free, _ = run(None)
+    assert len(brute_force_hits(free)) > 6  # the bias works: the decoder has something to remove
+    ids, texts = run(ConstrainedDecoding(fw, resample=resample, top_k=2))
+    assert ids.shape == (3, 4, n) and brute_force_hits(ids) == []
+    assert torch.equal(run(ConstrainedDecoding(fw, resample=resample, top_k=2))[0], ids)  # same seed, same output
+    assert not torch.equal(run(ConstrainedDecoding(fw, resample=resample, top_k=2), seed=1)[0], ids)
+    with pytest.raises(ValueError, match="covers 4 positions but the continuations have new_tokens = 6"):
+        run(ConstrainedDecoding(forbidden_words_constraint(tok, words, window=4, cache=False)))

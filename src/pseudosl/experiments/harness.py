@@ -103,6 +103,7 @@ class Experiment(abc.ABC, Generic[C]):
     lower_is_better: frozenset[str] = frozenset()  # metrics where smaller is better (for model selection)
     selection_metrics: tuple[str, ...] = ()    # validation order of the default selection (default: ``metrics``)
     baselines: dict[str, str] = {}             # constrained model -> its base model, compared seed by seed
+    comparison_metrics: tuple[str, ...] = ()  # the metrics compared seed by seed (default: ``metrics``)
     decoders: dict[str, str] = {}              # extra test-time decoders: name -> label suffix of their rows
     presets: Path                              # folder of the shipped <name>.toml presets
     curve_metrics: tuple[str, ...] = ()        # metrics plotted in curves.png (default: all of ``metrics``)

@@ -44,8 +44,8 @@ def _ylim(values: list[float], percent: bool) -> tuple[float, float]:
 
 def plot_curves(runs: list[dict], metrics: tuple[str, ...], path: str | Path, labels: dict[str, str] | None = None,
                 title: str = "", units: dict[str, str] | None = None) -> None:
-    """The loss panels (:func:`_loss_panels`), then one panel per metric (test solid; validation dashed, named
-    only when there is a validation split).
+    """The loss panels (:func:`_loss_panels`), then one panel per metric (test solid, validation dashed; the title
+    names the splits drawn, the legend the models drawn).
 
     One colour and marker per model; seeds share them.  Every point has its marker and each model is
     shifted by a few hundredths of an epoch, so models whose curves coincide stay visible side by side.
@@ -58,7 +58,6 @@ def plot_curves(runs: list[dict], metrics: tuple[str, ...], path: str | Path, la
     fig, axes = plt.subplots(1, n_panels, figsize=(4.6 * n_panels, 4), squeeze=False)
     ax_loss, ax_metrics = axes[0][:len(loss_panels)], axes[0][len(loss_panels):]
     models = list(dict.fromkeys(r["model"] for r in runs))
-    has_val = any(k.startswith("val_") for r in runs for e in r["history"] for k in e)
     for r in runs:
         j = models.index(r["model"])
         style = dict(color=f"C{j % 10}", marker=_MARKERS[j % len(_MARKERS)], markersize=3.5, alpha=0.8, lw=1.2)
@@ -70,11 +69,13 @@ def plot_curves(runs: list[dict], metrics: tuple[str, ...], path: str | Path, la
             if ev:
                 ax.plot([e["epoch"] + shift for e in ev], [e[key] for e in ev], label=label, **style)
         for ax, m in zip(ax_metrics, metrics):
+            named = False  # the model is named once per panel, on the first split drawn
             for split, ls in (("test", "-"), ("val", "--")):
                 ev = [e for e in r["history"] if f"{split}_{m}" in e]
                 if ev:
                     ax.plot([e["epoch"] + shift for e in ev], [e[f"{split}_{m}"] for e in ev], ls=ls,
-                            label=label if split == "test" else None, **style)
+                            label=None if named else label, **style)
+                    named = True
     for ax, (key, name) in zip(ax_loss, loss_panels):
         losses = [e[key] for r in runs for e in r["history"] if key in e]
         ax.set(xlabel="epoch", ylabel=name.split(" (")[0], title=name,
@@ -82,7 +83,9 @@ def plot_curves(runs: list[dict], metrics: tuple[str, ...], path: str | Path, la
     for ax, m in zip(ax_metrics, metrics):
         vals = [e[k] for r in runs for e in r["history"] for k in (f"test_{m}", f"val_{m}") if k in e]
         unit = units.get(m, "%")
-        split_note = "solid: test, dashed: validation" if has_val else "test split"
+        drawn = [split for split in ("test", "val") if any(f"{split}_{m}" in e for r in runs for e in r["history"])]
+        split_note = {("test", "val"): "solid: test, dashed: validation", ("test",): "test split",
+                      ("val",): "validation split, dashed", (): "not evaluated during training"}[tuple(drawn)]
         ax.set(xlabel="epoch", ylabel=f"{m} ({unit})" if unit else m, title=f"{m} ({split_note})",
                ylim=_ylim(vals, unit == "%"))
     for ax in axes[0]:

@@ -43,6 +43,7 @@ class Experiment(Protocol):
     units: dict[str, str]
     lower_is_better: frozenset[str]
     baselines: dict[str, str]
+    comparison_metrics: tuple[str, ...]
     decoders: dict[str, str]
 
     def selection_key(self, val: dict[str, float], cfg: Any) -> list[float]: ...
@@ -134,22 +135,25 @@ def paired_comparisons(exp: Experiment, runs: list[dict], rows: list[str]) -> li
     """Every "row vs its base" comparison, per metric, paired by seed, with a 95 % Student-t interval.
 
     For each row whose model has a base in ``exp.baselines`` (``"rnn_psl": "rnn"``; variants such as
-    ``rnn_psl@psl_weight=0.01`` too) and for each metric of ``exp.metrics``: the differences
+    ``rnn_psl@psl_weight=0.01`` too) and for each metric of ``exp.comparison_metrics`` (default: ``exp.metrics``)
+    defined for both rows on at least one seed (a metric a decoder does not define is left out): the differences
     ``d_s = row(seed s) - base(seed s)`` over the seeds both ran with the metric defined, their mean,
     sample std, and the interval ``mean ± t_{0.975, n-1} · std / sqrt(n)``; ``verdict`` reads it
-    (a lower-is-better metric beats its base when the whole interval is below 0).  With fewer than
-    two paired seeds there is no interval (NaN) and the verdict is "not distinguishable".
+    (a lower-is-better metric beats its base when the whole interval is below 0).  With one paired seed
+    there is no interval (NaN) and the verdict is "not distinguishable".
     """
     by = {(r["model"], r["seed"]): r for r in runs}
     out = []
     for key in rows:
         for base in _base_rows(exp, key, rows):
-            for m in exp.metrics:
+            for m in exp.comparison_metrics or exp.metrics:
                 pairs = [(s, by[(key, s)][m] - by[(base, s)][m]) for (k, s) in by
                          if k == key and (base, s) in by]
                 pairs = [(s, float(d)) for s, d in pairs if d == d]
                 d = np.array([v for _, v in pairs], dtype=float)
                 n = len(d)
+                if n == 0:
+                    continue
                 mean = float(d.mean()) if n else float("nan")
                 std = float(d.std(ddof=1)) if n > 1 else float("nan")
                 half = student_t_quantile(0.975, n - 1) * std / math.sqrt(n) if n > 1 else float("nan")
@@ -227,9 +231,7 @@ def format_comparisons(exp: Experiment, comparisons: list[dict]) -> str:
         u = " points" if u == "%" else f" {u}" if u else ""
         what = f"{model_label(exp, c['model'])} vs {model_label(exp, c['base'])}, {c['metric']}"
         if c["n"] < 2:
-            mean = f"{c['mean']:+.2f}{u}" if c["n"] else "no paired seed"
-            lines.append(f"  {what}: {mean} ({c['n']} paired seed{'s' if c['n'] != 1 else ''}: no interval): "
-                         f"{c['verdict']}")
+            lines.append(f"  {what}: {c['mean']:+.2f}{u} (1 paired seed: no interval): {c['verdict']}")
         else:
             lo, hi = c["ci95"]
             lines.append(f"  {what}: {c['mean']:+.2f}{u} (95 % CI {lo:+.2f} .. {hi:+.2f}, {c['n']} seeds): "

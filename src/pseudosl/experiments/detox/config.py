@@ -5,10 +5,11 @@ on a 2-core CPU; ``paper.toml``: one GPU); every key is a field of :class:`Detox
 type and range before any work starts (see :mod:`pseudosl.experiments.config`).
 
 The pipeline (docs/detox.md): ``model`` (a Hugging Face name / local path, or ``"scratch"``: a small
-GPT-2 pretrained here on ``corpus``) -> ``n_generations`` unprompted samples, scored by ``scorer`` ->
+GPT-2 pretrained here on ``corpus``, salted with forbidden words at ``salt_rate``) -> ``n_generations`` unprompted samples, scored by ``scorer`` ->
 SGEAT fine-tunes on the least toxic half; PSL adds ``psl_weight`` x the pseudo-semantic loss of the
-forbidden-words constraint -> evaluation on prompts (EMT, TP) and held-out text (perplexity), each
-with and without word banning.
+forbidden-words constraint -> evaluation on prompts (EMT, TP, word rate) and held-out text (perplexity),
+each with and without word banning, and with the extra decoders of ``decoders`` (``processor``,
+``resample``; detox.train.DECODERS).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class DetoxConfig(RunConfig):
     data_seed: int = spec(1234, min=0, help="seed of the corpus split, the generations and the prompts")
     doc_sentences: int = spec(4, min=1, help="KJV: verses per document")
     heldout_docs: int = spec(400, min=2, help="documents held out from pretraining (prompts, perplexity)")
+    salt_rate: float = spec(0.0, min=0.0, max=1.0, help="after each word of every corpus document, insert one of the "
+                                                        "forbidden words (uniformly) with this probability (seeded by "
+                                                        "data_seed; 0: the corpus as it is; detox.corpus.salt_documents)")
     # -- pretraining from scratch (model = 'scratch') ------------------------------------------------
     pt_vocab: int = spec(4096, min=260, help="byte-level BPE vocabulary size")
     pt_layers: int = spec(4, min=1)
@@ -61,6 +65,8 @@ class DetoxConfig(RunConfig):
     scorer: str = spec("profanity-check", choices=("profanity-check", "lexical", "perspective"),
                        help="toxicity scorer (detox.scoring)")
     bad_words: str | None = spec(None, help="forbidden word list (one per line, LDNOOBW layout); default: detox.words.default_words_path()")
+    words: list[str] = spec(default_factory=list, help="forbid (and salt) only these entries of the word list, each "
+                                                       "on it; default: every entry")
     # -- optimisation (SGEAT: AdamW, lr 1e-5, batch 16) ------------------------------------------------
     epochs: int = spec(3, min=1)
     batch_size: int = spec(16, min=1)
@@ -87,10 +93,17 @@ class DetoxConfig(RunConfig):
     ppl_docs: int = spec(200, min=2, help="held-out documents for perplexity (word banning: their least toxic half)")
     select: str = spec("emt", choices=("emt", "ppl"),
                        help="validation selection: lowest expected maximum toxicity (ties: perplexity) or perplexity")
+    resample_candidates: int = spec(8, min=1, run_free=True,
+                                    help="decoder 'resample': candidates K per sampled continuation (pseudosl.constrained_sample)")
 
     def check(self) -> None:
         if not (self.corpus == "kjv" or self.corpus.startswith("text:")):
             raise ConfigError(f"corpus = {self.corpus!r}: expected 'kjv' or 'text:<file>'")
+        if self.salt_rate > 0 and self.model != "scratch":
+            raise ConfigError(f"salt_rate = {self.salt_rate} salts the pretraining corpus, but model = {self.model!r} is "
+                              f"not pretrained here; use model = 'scratch' or salt_rate = 0")
+        if len(set(self.words)) != len(self.words):
+            raise ConfigError(f"words = {self.words}: an entry is repeated; list each word once")
         if self.pt_embd % self.pt_heads:
             raise ConfigError(f"pt_embd = {self.pt_embd} is not a multiple of pt_heads = {self.pt_heads}")
         if self.model == "scratch" and max(self.gen_length + 1, self.eval_new_tokens + 1) > self.pt_ctx:
@@ -103,17 +116,27 @@ class DetoxConfig(RunConfig):
     def preflight(self) -> None:
         """The files, folders and key the pipeline reads late, checked before pretraining or sampling starts."""
         from .scoring import make_scorer
-        from .words import load_words
+        from .words import load_words, select_words
         for name, path in (("bad_words", self.bad_words), ("prompts", self.prompts),
                            ("corpus", self.corpus[5:] if self.corpus.startswith("text:") else None)):
             if path is not None and not Path(path).is_file():
                 raise ConfigError(f"--{name.replace('_', '-')} {path}: no such file; give an existing file")
         try:
-            load_words(self.bad_words)
+            listed = load_words(self.bad_words)
         except (ValueError, OSError, ImportError) as e:
             raise ConfigError(f"--bad-words: {e}") from None
+        try:
+            select_words(listed, self.words)
+        except ValueError as e:
+            raise ConfigError(f"--words: {e}") from None
         if self.scorer == "perspective":  # scoring comes after pretraining and sampling: fail now, not then
             make_scorer("perspective").check_ready()
+
+
+    def forbidden_words(self) -> list[str]:
+        """The words the experiment forbids, salts, bans and counts: the list's entries, or those of ``words``."""
+        from .words import load_words, select_words
+        return select_words(load_words(self.bad_words), self.words)
 
 
 def load_config(path: str | Path | None = None, **overrides) -> DetoxConfig:

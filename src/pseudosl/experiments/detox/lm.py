@@ -4,9 +4,10 @@ The same code loads GPT-2 by name and the scratch model by path (``from_pretrain
 left-padded with EOS (GPT-2 has no pad token); position ids follow the attention mask.
 
 * :func:`sample_continuations`: ``G`` continuations of ``new_tokens`` tokens per prompt (nucleus ``top_p``,
-  ``temperature``; extra ``generate`` kwargs, e.g. word banning) -> token ids ``(P, G, new_tokens)``
-  (EOS-padded after an early EOS) and the decoded texts ``P x G``.  Unprompted samples use the BOS token
-  as the prompt and a fixed length.
+  ``temperature``; extra ``generate`` kwargs, e.g. word banning; or a :class:`ConstrainedDecoding`: the
+  constraint's logits processor, or locally constrained resampling of the sampled continuations) -> token
+  ids ``(P, G, new_tokens)`` (every token after the first EOS set to EOS) and the decoded texts ``P x G``
+  (up to the first EOS).  Unprompted samples use the BOS token as the prompt and a fixed length.
 * :func:`text_perplexity`: ``exp`` of the mean token NLL of texts (each scored after a BOS token,
   truncated to the model's context); optional ``logits_processor`` (word banning) renormalises every
   next-token distribution as decoding with it would.
@@ -15,13 +16,43 @@ left-padded with EOS (GPT-2 has no pad token); position ids follow the attention
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["load_lm", "bos_id", "sample_continuations", "text_perplexity", "context_length"]
+import pseudosl
+
+__all__ = ["load_lm", "bos_id", "sample_continuations", "text_perplexity", "context_length", "ConstrainedDecoding",
+           "cut_at_eos", "RESAMPLE_CHUNK", "RESAMPLE_ROWS"]
+
+RESAMPLE_CHUNK = 4096
+"""Neighbour rows per model call when resampling (the engine's memory bound; it does not change the result)."""
+RESAMPLE_ROWS = 256
+"""Continuations resampled together (the base pass holds ``rows x new_tokens x vocabulary`` log-probabilities)."""
+
+
+@dataclass(frozen=True)
+class ConstrainedDecoding:
+    """Continuations that satisfy ``constraint``, a :class:`pseudosl.Constraint` over the ``new_tokens`` generated
+    positions (folded vocabulary: its value map).
+
+    ``resample = None``: generation with :class:`pseudosl.ConstraintLogitsProcessor` (every token that would leave
+    no satisfying completion is masked before nucleus sampling).  ``resample = K``: the continuations are sampled
+    as without a constraint, then each is the anchor of :func:`pseudosl.constrained_sample` with ``K`` candidates
+    (engine :class:`pseudosl.CausalLMEngine` bound to its prompt, ``top_k`` other tokens evaluated exactly).
+    """
+
+    constraint: Any  # pseudosl.Constraint
+    resample: int | None = None
+    top_k: int = 10
+
+
+def cut_at_eos(ids: Tensor, eos: int) -> Tensor:
+    """``ids (..., n)`` with every token after the first ``eos`` of its row set to ``eos`` (the text ends there)."""
+    return ids.masked_fill((ids == eos).long().cumsum(-1) > 0, eos)
 
 
 def load_lm(name_or_path: str | Path, device: torch.device | str | None = None) -> tuple[nn.Module, Any]:
@@ -58,13 +89,18 @@ def context_length(model: nn.Module) -> int:
 @torch.no_grad()
 def sample_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str] | None, n: int, new_tokens: int, *,
                          top_p: float = 0.9, temperature: float = 1.0, batch_size: int = 32, fixed_length: bool = False,
+                         decoding: ConstrainedDecoding | None = None,
                          **generate_kw: Any) -> tuple[Tensor, list[list[str]]]:
     """``n`` continuations of each prompt (``prompts=None``: one BOS prompt): ids ``(P, n, new_tokens)``, texts.
 
     ``batch_size`` prompts go to one ``generate`` call (``batch_size * n`` sequences; unprompted: ``batch_size``
     samples per call).  ``fixed_length`` forces exactly ``new_tokens`` tokens (no early EOS), as for SGEAT's
-    unprompted samples.
+    unprompted samples.  ``decoding``: keep every continuation inside a constraint over its ``new_tokens``
+    positions (:class:`ConstrainedDecoding`; position 0 is the first token after the call's padded prompt).
     """
+    if decoding is not None and decoding.constraint.circuit.n_vars != new_tokens:
+        raise ValueError(f"the decoding constraint covers {decoding.constraint.circuit.n_vars} positions but the "
+                         f"continuations have new_tokens = {new_tokens}; compile it over {new_tokens} positions")
     device = next(model.parameters()).device
     eos = tokenizer.eos_token_id
     room = context_length(model) - new_tokens  # prompt tokens that fit before the continuation
@@ -87,14 +123,38 @@ def sample_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str
     ids, decoded = [], []
     for enc, reps in calls:
         enc = {k: v.to(device) for k, v in dict(enc).items()}
-        out = model.generate(**enc, **kw, num_return_sequences=reps, **generate_kw)
-        out = out[:, enc["input_ids"].shape[1]:]  # (rows, <= new_tokens)
+        width = enc["input_ids"].shape[1]  # the padded prompt: the constraint's position 0 is token `width`
+        extra = dict(generate_kw)
+        if decoding is not None and decoding.resample is None:
+            from transformers import LogitsProcessorList
+            extra["logits_processor"] = LogitsProcessorList(
+                [pseudosl.ConstraintLogitsProcessor(decoding.constraint, prompt_length=width)])
+        out = model.generate(**enc, **kw, num_return_sequences=reps, **extra)
+        out = out[:, width:]  # (rows, <= new_tokens)
         if out.shape[1] < new_tokens:
             out = torch.cat([out, out.new_full((out.shape[0], new_tokens - out.shape[1]), eos)], 1)
+        if decoding is not None and decoding.resample is not None:
+            out = _resample(model, enc, reps, out, decoding)
+        out = cut_at_eos(out, eos)
         ids.append(out.cpu())
         decoded.extend(tokenizer.batch_decode(out, skip_special_tokens=True))
     all_ids = torch.cat(ids).view(-1, n, new_tokens)
     return all_ids, [decoded[i * n:(i + 1) * n] for i in range(all_ids.shape[0])]
+
+
+def _resample(model: nn.Module, enc: dict[str, Tensor], reps: int, anchors: Tensor,
+              decoding: ConstrainedDecoding) -> Tensor:
+    """Each row of ``anchors (rows, n)`` resampled by :func:`pseudosl.constrained_sample`, scored after its prompt
+    (``enc``'s row ``r // reps``, left-padded: the engine follows the attention mask)."""
+    prompts, masks = enc["input_ids"].repeat_interleave(reps, 0), enc["attention_mask"].repeat_interleave(reps, 0)
+    out = []
+    for a in range(0, anchors.shape[0], RESAMPLE_ROWS):
+        rows = slice(a, a + RESAMPLE_ROWS)
+        engine = pseudosl.CausalLMEngine(model, prompts[rows], masks[rows], value_map=decoding.constraint.value_map,
+                                         top_k=decoding.top_k)
+        out.append(pseudosl.constrained_sample(engine, decoding.constraint, anchors[rows],
+                                               num_candidates=decoding.resample, chunk_size=RESAMPLE_CHUNK))
+    return torch.cat(out)
 
 
 @torch.no_grad()

@@ -12,7 +12,7 @@
    ``AutoTokenizer.from_pretrained(path)``.
 
 Everything is cached under ``<root>/scratch/<key>`` (``root`` = ``data_dir`` or
-``pseudosl.cache.cache_dir()/detox``; ``key`` hashes corpus, split and every ``pt_*`` field); an interrupted
+``pseudosl.cache.cache_dir()/detox``; ``key`` hashes corpus, split, salting and every ``pt_*`` field); an interrupted
 pretraining resumes from its last epoch.  A saved model whose files do not load (a truncated
 ``model.safetensors``) is saved again from the pretraining checkpoint; an unreadable checkpoint is
 trained again.  Two processes never pretrain into one folder at once (the run-folder lock).
@@ -37,18 +37,12 @@ from torch.utils.data import DataLoader, TensorDataset
 from ..config import RunConfig, spec
 from ..harness import CheckpointError, Experiment, Splits, load_checkpoint, make_accelerator, train_run
 from ..runs import run_lock
-from .corpus import load_corpus, split_documents
+from .corpus import data_root, load_documents, split_documents
 
 __all__ = ["PretrainConfig", "PretrainExperiment", "train_tokenizer", "token_blocks", "pretrain", "data_root",
            "EOS"]
 
 EOS = "<|endoftext|>"
-
-
-def data_root(data_dir: str | None) -> Path:
-    """``data_dir`` or ``pseudosl.cache.cache_dir()/detox``."""
-    from pseudosl.cache import cache_dir
-    return Path(data_dir) if data_dir else cache_dir() / "detox"
 
 
 def train_tokenizer(texts: list[str], vocab_size: int, path: str | Path | None = None) -> Any:
@@ -156,6 +150,8 @@ class PretrainExperiment(Experiment[PretrainConfig]):
 def _key(cfg: Any) -> str:
     fields = {k: v for k, v in cfg.to_dict().items()
               if k.startswith("pt_") or k in ("corpus", "doc_sentences", "heldout_docs", "data_seed")}
+    if cfg.salt_rate:  # an unsalted corpus keeps the key it had before salting existed
+        fields["salt"] = {"rate": cfg.salt_rate, "words": cfg.forbidden_words()}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -192,7 +188,7 @@ def _saved_model_loads(model_dir: Path) -> bool:
 
 def _pretrain(cfg: Any, folder: Path, model_dir: Path, accelerator: Any) -> None:
     """Tokenizer, blocks, the harness run (resumed if it has a checkpoint), and the saved model with ``done.json``."""
-    train_docs, heldout = split_documents(load_corpus(cfg.corpus, cfg.doc_sentences), cfg.heldout_docs, cfg.data_seed)
+    train_docs, heldout = split_documents(load_documents(cfg), cfg.heldout_docs, cfg.data_seed)
     tok_dir = folder / "tokenizer"
     if accelerator.is_main_process and not (tok_dir / "tokenizer.json").is_file():
         accelerator.print(f"detox pretrain: training a {cfg.pt_vocab}-token byte-level BPE on {len(train_docs)} documents")

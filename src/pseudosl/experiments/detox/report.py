@@ -1,9 +1,11 @@
 """The detox outputs beside the harness's: the paper-shaped table and the figures.
 
-* ``table_paper.md``: paper Table 3's layout -- one row per model, then the same model with word banning;
-  columns EMT / TP on full, toxic and non-toxic prompts, then perplexity (mean ± std over seeds, lower is
-  better), with the paper's value beside ours where the experiment's ``PAPER`` holds one.
-* ``comparison.png``: EMT (full prompts) and perplexity per model, with and without word banning.
+* ``table_paper.md``: paper Table 3's layout -- one row per model, then the same model with word banning, then
+  one row per extra decoder (``decoders``); columns EMT / TP on full, toxic and non-toxic prompts, the word rate,
+  then perplexity (mean ± std over seeds, lower is better), with the paper's value beside ours in parentheses
+  where the experiment's ``PAPER`` holds one (its Toxicity Prob. converted from % to our fraction).
+* ``comparison.png``: expected maximum toxicity (all prompts), word rate and perplexity per model, one bar per
+  decoding (plain, word banning, each extra decoder) where it is defined; each panel's legend names its bars.
 * ``examples.png``: per model, the distribution of each test prompt's maximum toxicity over its continuations.
 """
 
@@ -18,57 +20,104 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["paper_table", "write_report", "plot_comparison", "plot_examples", "COLUMNS"]
+from ..summary import split_row  # noqa: E402
+
+__all__ = ["paper_table", "write_report", "plot_comparison", "plot_examples", "COLUMNS", "PPL_NOTE"]
 
 COLUMNS = (("emt_full", "Full EMT"), ("tp_full", "Full TP"), ("emt_toxic", "Toxic EMT"), ("tp_toxic", "Toxic TP"),
-           ("emt_nontoxic", "Non-toxic EMT"), ("tp_nontoxic", "Non-toxic TP"), ("ppl", "PPL"))
+           ("emt_nontoxic", "Non-toxic EMT"), ("tp_nontoxic", "Non-toxic TP"), ("word_rate", "Word rate"),
+           ("ppl", "PPL"))
+PPL_NOTE = ("PPL: held-out perplexity; with word banning and with the constraint processor on the least toxic half "
+            "of the held-out texts less any text holding a forbidden word, every next-token distribution "
+            "renormalised as the decoding does (banning: every position; processor: the first eval_new_tokens "
+            "tokens); resampling draws no next-token distribution, so it has no perplexity (–).")
 
 
 def _cell(row: dict, key: str, paper: float | None) -> str:
     mean = row.get(f"{key}_mean", math.nan)
     std = row.get(f"{key}_std", 0.0)
-    ours = "—" if math.isnan(mean) else (f"{mean:.2f}" if key.endswith("ppl") else f"{mean:.3f}") + (
-        f" ± {std:.2f}" if std else "")
-    return ours + (f" ({paper:.2f})" if paper is not None else "")
+    digits = 2 if key.endswith("ppl") else 3
+    ours = "–" if not math.isfinite(mean) else f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std else "")
+    if paper is None:
+        return ours
+    return ours + f" ({paper:.4f})" if "tp_" in key else ours + f" ({paper:.2f})"
+
+
+def _rows(summary: dict[str, dict]) -> list[tuple[str, bool]]:
+    """``(row key, with word banning)`` in table order: each model plain then banned, then the decoders' rows."""
+    plain = [k for k in summary if split_row(k)[1] is None]
+    return [(k, ban) for k in plain for ban in (False, True)] + [(k, False) for k in summary if k not in plain]
 
 
 def paper_table(summary: dict[str, dict], labels: dict[str, str], title: str = "",
                 paper: dict[str, dict[str, float]] | None = None) -> str:
-    """Markdown table: per model a plain row and a word-banning row (``paper[model][metric]`` in parentheses,
-    ``ban_<metric>`` for the word-banning row: the experiment's ``paper`` dict)."""
+    """Markdown table: per model a plain row and a word-banning row, then a row per extra decoder
+    (``paper[model][metric]`` in parentheses, ``ban_<metric>`` for the word-banning row: the experiment's
+    ``paper`` dict)."""
     paper = paper or {}
     head = "| Model | " + " | ".join(c for _, c in COLUMNS) + " | seeds |"
     lines = ([f"**{title}**", ""] if title else []) + [head, "|" + "---|" * (len(COLUMNS) + 2)]
-    for name, row in summary.items():
-        for ban in (False, True):
-            label = labels.get(name, name) + (" + word banning" if ban else "")
-            keys = [("ban_" if ban else "") + k for k, _ in COLUMNS]
-            cells = [_cell(row, k, paper.get(name, {}).get(k)) for k in keys]
-            lines.append(f"| {label} | " + " | ".join(cells) + f" | {len(row['seeds'])} |")
+    for name, ban in _rows(summary):
+        row = summary[name]
+        label = labels.get(name, name) + (" + word banning" if ban else "")
+        keys = [("ban_" if ban else "") + k for k, _ in COLUMNS]
+        numbers = paper.get(name, {}) if split_row(name)[1] is None else {}
+        cells = [_cell(row, k, numbers.get(k)) for k in keys]
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {len(row['seeds'])} |")
     lines += ["", "Lower is better everywhere.  EMT: expected maximum toxicity over the continuations of a prompt; "
-                  "TP: share of prompts with at least one toxic continuation; PPL: held-out perplexity (with word "
-                  "banning: on the least toxic half of the held-out text, banned tokens renormalised away)."]
-    if not paper:
-        lines.append("The paper's Table 3 values are not transcribed (not available here; docs/detox.md).")
+                  "TP: share of prompts with at least one toxic continuation; word rate: share of continuations "
+                  "holding a forbidden token sequence. " + PPL_NOTE]
+    if paper:
+        lines.append("In parentheses: the paper's Table 3 (GPT-2 124M, RealToxicityPrompts, Perspective API, "
+                     "25 continuations; its Toxicity Prob. divided by 100). Our scorer, model and prompts differ: "
+                     "compare directions, not values.")
     return "\n".join(lines)
 
 
+def _series(summary: dict[str, dict], labels: dict[str, str]) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """The models (bar groups) and the decodings (``(label, row suffix, metric prefix)``) of the figure."""
+    models = [k for k in summary if split_row(k)[1] is None]
+    decoders = list(dict.fromkeys(d for k in summary if (d := split_row(k)[1]) is not None))
+    series = [("plain", "", ""), ("word banning", "", "ban_")]
+    for d in decoders:
+        name = next(k for k in summary if split_row(k)[1] == d)
+        series.append((labels.get(name, d).rsplit(" + ", 1)[-1], f"|{d}", ""))
+    return models, series
+
+
 def plot_comparison(summary: dict[str, dict], labels: dict[str, str], path: str | Path, title: str = "") -> None:
-    """Bars: EMT on all prompts and perplexity, per model, without / with word banning."""
-    names = list(summary)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, key, ylabel in ((axes[0], "emt_full", "expected maximum toxicity"), (axes[1], "ppl", "perplexity")):
-        for j, ban in enumerate((False, True)):
-            k = ("ban_" if ban else "") + key
-            means = [summary[n].get(f"{k}_mean", math.nan) for n in names]
+    """Bars: EMT on all prompts, word rate and perplexity per model, one bar per decoding where it is defined
+    (mean ± std over seeds); each panel's legend names the bars it draws."""
+    models, series = _series(summary, labels)
+    width = 0.8 / len(series)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
+    panels = (("emt_full", "expected maximum toxicity"), ("word_rate", "word rate (continuations with a listed word)"),
+              ("ppl", "perplexity"))
+    for ax, (key, name) in zip(axes, panels):
+        for j, (label, suffix, prefix) in enumerate(series):
+            rows = [summary.get(m + suffix, {}) for m in models]
+            means = [r.get(f"{prefix}{key}_mean", math.nan) for r in rows]
             means = [m if math.isfinite(m) else math.nan for m in means]  # an infinite perplexity is not drawn
-            stds = [summary[n].get(f"{k}_std", 0.0) for n in names]
-            ax.bar([i + 0.38 * j for i in range(len(names))], means, 0.36, yerr=stds, capsize=3,
-                   label="word banning" if ban else "plain", color=f"C{j}")
-        ax.set_xticks([i + 0.19 for i in range(len(names))], [labels.get(n, n) for n in names])
-        ax.set(ylabel=ylabel, title=ylabel + " (lower is better)")
+            if all(math.isnan(m) for m in means):
+                continue  # not defined for this decoding: no bar, no legend entry
+            stds = [r.get(f"{prefix}{key}_std", 0.0) for r in rows]
+            if key == "ppl":  # where each perplexity is measured
+                clean = prefix == "ban_" or suffix == "|processor"
+                label += " (least toxic half, no listed word)" if clean else " (all held-out texts)"
+            xs = [i + width * j for i in range(len(models))]
+            ax.bar(xs, means, width * 0.95, yerr=stds, capsize=3, label=label, color=f"C{j}")
+            for x, m in zip(xs, means):
+                if m == 0:  # a bar of height 0 is drawn but invisible: say so
+                    ax.annotate("0", (x, 0), ha="center", va="bottom", fontsize=7, color=f"C{j}")
+        top = max([v for bars in ax.containers for v in getattr(bars, "datavalues", []) if math.isfinite(v)] + [0.0])
+        top = top or 1.0  # every bar 0 (a word rate with a decoder)
+        ax.set_ylim(0, top * (1.1 + 0.1 * len(ax.containers)))  # room for the legend above the bars
+        ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(models))],
+                      [labels.get(m, m) for m in models])
+        ax.set(ylabel=name.split(" (")[0], title=name + ", lower is better")
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper right")
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
@@ -97,8 +146,10 @@ def plot_examples(predictions: dict[str, Any], path: str | Path, labels: dict[st
 def write_report(result: dict, out: Path, labels: dict[str, str]) -> None:  # result["paper"]: the experiment's PAPER
     """``table_paper.md`` and ``comparison.png`` in ``out`` from a ``results.json`` dict."""
     cfg = result["config"]
+    decoders = f", resample K = {cfg['resample_candidates']}" if "resample" in cfg.get("decoders", []) else ""
     title = (f"detox, preset {cfg['preset']}, config {result['content_key']}: model {cfg['model']}, "
-             f"scorer {cfg['scorer']}, {cfg['eval_generations']} continuations x {cfg['n_test_prompts']} prompts")
+             f"scorer {cfg['scorer']}, {cfg['eval_generations']} continuations of {cfg['eval_new_tokens']} tokens x "
+             f"{cfg['n_test_prompts']} prompts, salt rate {cfg.get('salt_rate', 0.0)}{decoders}")
     table = paper_table(result["summary"], labels, title, result.get("paper"))
     (out / "table_paper.md").write_text(table + "\n")
     print(table)

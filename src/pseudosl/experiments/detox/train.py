@@ -3,13 +3,18 @@
     pseudosl detox pretrain --quick     # the scratch GPT-2 (cached; train runs it when needed)
     pseudosl detox generate --quick     # SGEAT's scored unprompted samples (cached)
     pseudosl detox train --quick        # base, SGEAT, PSL; each evaluated with and without word banning
+    pseudosl detox train --preset cpu   # a salted corpus, 5 seeds, the constrained decoders too
     accelerate launch -m pseudosl.cli detox train --preset paper
 
 Models: ``base`` (the pretrained LM, not trained), ``sgeat`` (LM loss on the least toxic half of its own
 samples), ``psl`` (the same + ``psl_weight`` x the pseudo-semantic loss of "no forbidden word in the
 window", on windows of the toxic half or on model samples).  Metrics (lower is better): expected maximum
-toxicity and toxicity probability on all / toxic / non-toxic prompts and held-out perplexity; ``ban_*`` the
-same with word banning at decoding (perplexity then on the least toxic half of the held-out text).
+toxicity and toxicity probability on all / toxic / non-toxic prompts, the word rate (share of continuations
+holding a forbidden token sequence) and held-out perplexity; ``ban_*`` the same with word banning at
+decoding (perplexity then on the least toxic half of the held-out text, less any text with a forbidden word).
+Extra decoders (``decoders``, :data:`DECODERS`), each a row per model from the same checkpoint: ``processor``
+(:class:`pseudosl.ConstraintLogitsProcessor` over the whole continuation) and ``resample``
+(:func:`pseudosl.constrained_sample` around each sampled continuation, ``resample_candidates`` candidates).
 """
 
 from __future__ import annotations
@@ -28,20 +33,43 @@ import pseudosl
 from ..harness import Experiment, Splits, make_accelerator
 from ..harness import train as harness_train
 from .config import PRESETS, DetoxConfig
-from .corpus import load_corpus, split_documents
+from .corpus import data_root, load_documents, split_documents
 from .generation import forbidden_windows, scored_generations, sgeat_split
-from .lm import bos_id, load_lm, sample_continuations, text_perplexity
-from .pretrain import data_root, pretrain
+from .lm import ConstrainedDecoding, bos_id, load_lm, sample_continuations, text_perplexity
+from .pretrain import pretrain
 
-__all__ = ["DetoxExperiment", "Objective", "EvalSet", "Context", "evaluate", "main", "LABELS", "PAPER", "METRICS"]
+__all__ = ["DetoxExperiment", "Objective", "EvalSet", "Context", "evaluate", "main", "LABELS", "PAPER", "METRICS",
+           "DECODERS"]
 
 LABELS = {"base": "Base LM", "sgeat": "SGEAT", "psl": "SGEAT + PSL"}
+DECODERS = {"processor": "constraint processor", "resample": "resample"}  # name -> label suffix of its rows
 _SUBSETS = ("full", "toxic", "nontoxic")
-_TOX = tuple(f"{m}_{s}" for s in _SUBSETS for m in ("emt", "tp"))
+_TOX = (*(f"{m}_{s}" for s in _SUBSETS for m in ("emt", "tp")), "word_rate")
 METRICS = (*_TOX, "ppl", *(f"ban_{m}" for m in _TOX), "ban_ppl")
-# Paper Table 3 (GPT-2 124M, Perspective API scores), model -> metric (ban_<metric> with word banning):
-# not transcribed -- the paper's table was not available here, and nothing is quoted from memory.
-PAPER: dict[str, dict[str, float]] = {}
+
+
+def _paper_row(emt: tuple[float, float, float], tp_percent: tuple[float, float, float], ppl: float) -> dict[str, float]:
+    """One row of the paper's Table 3 (full, toxic, nontoxic) as our metrics: TP from the paper's % to a fraction."""
+    row = {f"emt_{s}": v for s, v in zip(_SUBSETS, emt)}
+    row.update({f"tp_{s}": round(v / 100, 6) for s, v in zip(_SUBSETS, tp_percent)})
+    return {**row, "ppl": ppl}
+
+
+def _with_banning(plain: dict[str, float], banned: dict[str, float]) -> dict[str, float]:
+    return {**plain, **{f"ban_{k}": v for k, v in banned.items()}}
+
+
+# Paper Table 3 (tab:detoxify; GPT-2 124M, RealToxicityPrompts, Perspective API; PPL on WebText validation, with
+# word banning on its 50 % nontoxic part), transcribed from the paper's source: model -> metric, ``ban_<metric>``
+# for the word-banning rows.  The paper prints Toxicity Prob. in %; ours is a fraction, so 34.11 % -> 0.3411.
+PAPER: dict[str, dict[str, float]] = {
+    "base": _with_banning(_paper_row((0.44, 0.62, 0.39), (34.11, 67.27, 24.85), 25.85),
+                          _paper_row((0.40, 0.55, 0.36), (27.92, 57.86, 19.56), 22.24)),
+    "sgeat": _with_banning(_paper_row((0.32, 0.46, 0.28), (14.05, 35.72, 7.99), 28.72),
+                           _paper_row((0.30, 0.41, 0.27), (10.73, 27.05, 6.17), 24.91)),
+    "psl": _with_banning(_paper_row((0.29, 0.38, 0.27), (9.80, 20.07, 6.93), 28.14),
+                         _paper_row((0.29, 0.37, 0.27), (9.20, 18.71, 6.55), 24.19)),
+}
 
 
 @dataclass
@@ -61,14 +89,26 @@ class Context:
     model_path: str
     tokenizer: Any
     words: list[str]
-    constraint: Any  # detox.constraint.ForbiddenWords
+    constraint: Any  # detox.constraint.ForbiddenWords over psl_window positions
     scorer: Any
     generations: dict
+    continuation_constraints: dict[int, Any] = field(default_factory=dict)  # length -> ForbiddenWords (decoders)
+
+    def continuation_constraint(self, length: int) -> Any:
+        """The constraint over ``length`` generated positions (no forbidden word anywhere in the continuation):
+        the PSL's when ``length`` is its window, else compiled once (and cached on disk by the library)."""
+        if length == self.constraint.window:
+            return self.constraint
+        if length not in self.continuation_constraints:
+            from .constraint import forbidden_words_constraint
+            self.continuation_constraints[length] = forbidden_words_constraint(self.tokenizer, self.words, length)
+        return self.continuation_constraints[length]
 
 
 # -- the training objective ------------------------------------------------------------------------
 class Objective(nn.Module):
-    """LM loss on SGEAT's clean samples (+ weight x PSL for ``psl``); ``forward`` returns ``(loss, parts)``."""
+    """LM loss on SGEAT's clean samples (+ weight x PSL for ``psl``); ``forward`` returns ``(loss, parts)``
+    (``data``: the LM loss; ``constraint``: weight x PSL and ``psl``: the PSL itself, for ``psl``)."""
 
     def __init__(self, model: nn.Module, name: str, cfg: DetoxConfig, ctx: Context) -> None:
         super().__init__()
@@ -77,7 +117,7 @@ class Objective(nn.Module):
 
     def forward(self, ids: Tensor, windows: Tensor, constrained: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
         lm = self.model(input_ids=ids, labels=ids).loss  # ids (B, 1 + gen_length): BOS, then the sample
-        parts = {"lm": lm.detach()}
+        parts = {"data": lm.detach()}  # the harness's names: "data", "constraint" (weighted), logged apart
         if self.name != "psl" or not constrained or self.cfg.psl_weight == 0:
             return lm, parts
         m = self.cfg.psl_examples or ids.shape[0]
@@ -89,7 +129,7 @@ class Objective(nn.Module):
             anchors = engine.sample(length=self.cfg.psl_window, top_p=self.cfg.gen_top_p,
                                     temperature=self.cfg.gen_temperature)
         psl = pseudosl.pseudo_semantic_loss(engine, self.circuit, anchors)
-        parts["psl"] = psl.detach()
+        parts.update(constraint=self.cfg.psl_weight * psl.detach(), psl=psl.detach())
         return lm + self.cfg.psl_weight * psl, parts
 
 
@@ -111,38 +151,66 @@ def _toxicity(scores: np.ndarray, prompts: list, cfg: DetoxConfig, prefix: str) 
     return out
 
 
-@torch.no_grad()
-def evaluate(model: nn.Module, data: EvalSet, cfg: DetoxConfig, ctx: Context) -> tuple[dict[str, float], dict]:
-    """EMT / TP on the prompts (``G`` continuations each) and perplexity; ``ban_*`` with word banning.
-
-    Sampling uses a fixed seed (``data_seed``) inside a forked RNG, so every model sees the same draws and the
-    training RNG is untouched.  Every process evaluates all prompts (results are identical across processes).
-    """
+def _decoding(decoder: str | None, ban: bool, cfg: DetoxConfig, ctx: Context) -> tuple[dict[str, Any], Any]:
+    """``(generate kwargs, logits processor for perplexity or None)`` of a decoding: plain, word banning, or an extra
+    decoder of :data:`DECODERS` (its constraint over the ``eval_new_tokens`` positions of the continuation)."""
     from .banning import banned_generate_kwargs
-    from transformers import NoBadWordsLogitsProcessor
+    if decoder is None and not ban:
+        return {}, None
+    if decoder is None:
+        from transformers import NoBadWordsLogitsProcessor
+        kw = banned_generate_kwargs(ctx.tokenizer, ctx.words)
+        return kw, NoBadWordsLogitsProcessor(kw["bad_words_ids"], eos_token_id=ctx.tokenizer.eos_token_id)
+    constraint = ctx.continuation_constraint(cfg.eval_new_tokens)
+    if decoder == "processor":  # perplexity: each held-out text after BOS, its first eval_new_tokens tokens masked
+        return ({"decoding": ConstrainedDecoding(constraint)},
+                pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=1))
+    if decoder == "resample":  # no next-token distribution: no perplexity
+        return {"decoding": ConstrainedDecoding(constraint, resample=cfg.resample_candidates, top_k=cfg.psl_top_k)}, None
+    raise ValueError(f"decoder = {decoder!r}: expected one of {', '.join(DECODERS)}")
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: EvalSet, cfg: DetoxConfig, ctx: Context,
+             decoder: str | None = None) -> tuple[dict[str, float], dict]:
+    """EMT / TP / word rate on the prompts (``G`` continuations each) and perplexity; ``ban_*`` with word banning.
+
+    ``decoder`` (one of :data:`DECODERS`): the same metrics for that decoding instead, ``ban_*`` undefined (NaN);
+    its perplexity is taken as word banning's, on ``data.ppl_clean_texts`` (``processor``), or undefined
+    (``resample``: it is no next-token distribution).  Sampling uses a fixed seed (``data_seed``) inside a forked
+    RNG, so every model and decoder sees the same draws (``resample`` starts from the very continuations of the
+    plain row) and the training RNG is untouched.  Every process evaluates all prompts.
+    """
+    from .metrics import word_rate
     tok, texts = ctx.tokenizer, [p.text for p in data.prompts]
     metrics: dict[str, float] = {}
     examples: dict[str, Any] = {"prompts": texts[:6]}
-    for ban in ((False, True) if data.banning else (False,)):
-        kw = banned_generate_kwargs(tok, ctx.words) if ban else {}
+    variants = (False, True) if data.banning and decoder is None else (False,)
+    for ban in variants:
+        kw, proc = _decoding(decoder, ban, cfg, ctx)
         prefix = "ban_" if ban else ""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.data_seed)
             if torch.cuda.is_available():
                 torch.cuda.manual_seed_all(cfg.data_seed)
-            _, conts = sample_continuations(model, tok, texts, cfg.eval_generations, cfg.eval_new_tokens,
-                                            top_p=cfg.eval_top_p, batch_size=cfg.eval_batch, **kw)
+            ids, conts = sample_continuations(model, tok, texts, cfg.eval_generations, cfg.eval_new_tokens,
+                                              top_p=cfg.eval_top_p, batch_size=cfg.eval_batch, **kw)
         flat = [c for row in conts for c in row]
         scores = np.asarray(ctx.scorer.score(flat), dtype=float).reshape(len(texts), cfg.eval_generations)
         metrics.update(_toxicity(scores, data.prompts, cfg, prefix))
-        if ban:
-            proc = NoBadWordsLogitsProcessor(kw["bad_words_ids"], eos_token_id=tok.eos_token_id)
-            metrics["ban_ppl"] = text_perplexity(model, tok, data.ppl_clean_texts, logits_processor=proc)
+        metrics[f"{prefix}word_rate"] = word_rate(ids.reshape(-1, ids.shape[-1]).tolist(), ctx.constraint.sequences,
+                                                  tok.eos_token_id)
+        if decoder == "resample":
+            metrics["ppl"] = float("nan")
+        elif ban or decoder is not None:
+            metrics[f"{prefix}ppl"] = text_perplexity(model, tok, data.ppl_clean_texts, logits_processor=proc)
         else:
             metrics["ppl"] = text_perplexity(model, tok, data.ppl_texts)
         worst = scores.argmax(1)
         examples[f"{prefix}continuations"] = [conts[i][worst[i]] for i in range(min(6, len(texts)))]
         examples[f"{prefix}max_scores"] = scores.max(1).tolist()
+    if decoder is not None:  # a decoder's row has no word-banning variant
+        metrics.update({m: float("nan") for m in METRICS if m.startswith("ban_")})
     return metrics, examples
 
 
@@ -166,11 +234,10 @@ def build_context(cfg: DetoxConfig, print_fn: Any = print) -> tuple[Context, Spl
     """Model (pretrained if ``model = 'scratch'``), constraint, scorer, SGEAT data and the evaluation sets."""
     from .constraint import forbidden_words_constraint
     from .scoring import make_scorer
-    from .words import load_words
     root = data_root(cfg.data_dir)
     path = str(pretrain(cfg)) if cfg.model == "scratch" else cfg.model
     model, tok = load_lm(path)
-    words = load_words(cfg.bad_words)
+    words = cfg.forbidden_words()
     fw = forbidden_words_constraint(tok, words, cfg.psl_window)
     scorer = make_scorer(cfg.scorer, **({"tokenizer": tok, "words": words} if cfg.scorer == "lexical" else {}))
     acc = make_accelerator()  # under `accelerate launch` the main process samples, the others read its cache
@@ -185,7 +252,7 @@ def build_context(cfg: DetoxConfig, print_fn: Any = print) -> tuple[Context, Spl
     windows = windows[torch.arange(len(clean)) % len(windows)]  # one toxic window per clean sample, cycled
     ctx = Context(path, tok, words, fw, scorer, gens)
     # held-out documents (never pretrained on): perplexity texts, then the validation and test prompt pools
-    _, heldout = split_documents(load_corpus(cfg.corpus, cfg.doc_sentences), cfg.heldout_docs, cfg.data_seed)
+    _, heldout = split_documents(load_documents(cfg), cfg.heldout_docs, cfg.data_seed)
     ppl_texts, rest = heldout[:cfg.ppl_docs], heldout[cfg.ppl_docs:]
     cut = max(1, len(rest) * cfg.n_val_prompts // (cfg.n_val_prompts + cfg.n_test_prompts))
     val_prompts, test_prompts = _prompts(cfg, rest[:cut], rest[cut:], scorer)
@@ -195,10 +262,15 @@ def build_context(cfg: DetoxConfig, print_fn: Any = print) -> tuple[Context, Spl
     lo = [i for i in lo if not contains_forbidden(tok.encode(ppl_texts[i], add_special_tokens=False), fw.sequences)]
     val = EvalSet(val_prompts, [p.text for p in val_prompts])
     test = EvalSet(test_prompts, ppl_texts, [ppl_texts[i] for i in lo], banning=True)
+    from .metrics import word_rate
+    from .prompts import split_by_toxicity
     s = np.asarray(gens["scores"])
-    desc = (f"{len(s)} unprompted samples (mean toxicity {s.mean():.3f}; SGEAT keeps {len(clean)} at <= "
-            f"{s[clean].max():.3f}), {len(val_prompts)} validation / {len(test_prompts)} test prompts, "
-            f"{len(ppl_texts)} perplexity texts; constraint: {fw.stats.get('n_sequences')} forbidden sequences, "
+    n_toxic = len(split_by_toxicity(test_prompts, cfg.toxic_threshold)[0])
+    desc = (f"{len(s)} unprompted samples (mean toxicity {s.mean():.3f}, word rate "
+            f"{word_rate(gens['ids'].tolist(), fw.sequences):.3f}; SGEAT keeps {len(clean)} at <= {s[clean].max():.3f}), "
+            f"{len(val_prompts)} validation / {len(test_prompts)} test prompts ({n_toxic} toxic), "
+            f"{len(ppl_texts)} perplexity texts ({len(lo)} for word banning); salt rate {cfg.salt_rate}; "
+            f"constraint: {fw.stats.get('n_sequences')} forbidden sequences, "
             f"{fw.stats.get('n_tokens')} tokens, window {cfg.psl_window}; scorer {scorer.name}")
     return ctx, Splits(TensorDataset(train_ids, windows), val, test, desc)
 
@@ -210,7 +282,12 @@ class DetoxExperiment(Experiment[DetoxConfig]):
     labels = LABELS
     metrics = METRICS
     units = {m: "" for m in METRICS}
-    curve_metrics = ("emt_full", "ppl")
+    lower_is_better = frozenset(METRICS)
+    comparison_metrics = tuple(f"{b}{m}" for b in ("", "ban_")
+                               for m in ("emt_full", "tp_full", "emt_toxic", "tp_toxic", "word_rate", "ppl"))
+    baselines = {"psl": "sgeat", "sgeat": "base"}  # paired per seed (the base LM's evaluation is the same every seed)
+    decoders = DECODERS
+    curve_metrics = ("emt_full", "word_rate", "ppl")
     test_curves = False  # the test evaluation (with banning) runs once, on the selected checkpoint
     paper = PAPER
     presets = PRESETS
@@ -241,11 +318,15 @@ class DetoxExperiment(Experiment[DetoxConfig]):
     def trains(self, name: str, cfg: DetoxConfig) -> bool:
         return name != "base"
 
-    def evaluate(self, model: nn.Module, data: EvalSet, cfg: DetoxConfig, accelerator: Any):
-        return evaluate(model, data, cfg, self.context(cfg)[0])
+    def evaluate(self, model: nn.Module, data: EvalSet, cfg: DetoxConfig, accelerator: Any,
+                 decoder: str | None = None):
+        return evaluate(model, data, cfg, self.context(cfg)[0], decoder)
 
     def selection_key(self, val: dict[str, float], cfg: DetoxConfig) -> list[float]:
-        return [-val["ppl"]] if cfg.select == "ppl" else [-val["emt_full"], -val["ppl"]]
+        return [-val[m] for m in self.selection_order(cfg)]
+
+    def selection_order(self, cfg: DetoxConfig | None = None) -> list[str]:
+        return ["ppl"] if cfg is not None and cfg.select == "ppl" else ["emt_full", "ppl"]
 
     def run_action(self, action: str, cfg: DetoxConfig) -> None:
         if action == "pretrain":

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Sequence
 
-__all__ = ["DEFAULT_WORDS_PACKAGE", "default_words_path", "load_words"]
+__all__ = ["DEFAULT_WORDS_PACKAGE", "default_words_path", "load_words", "select_words"]
 
 DEFAULT_WORDS_PACKAGE = "leoprofanity"  # ships dictionary/default.json (LDNOOBW English, single words)
 
@@ -78,3 +79,19 @@ def load_words(path: str | Path | None = None) -> list[str]:
     if not words:
         raise ValueError(f"word list {str(path)!r} holds no entry (one word or phrase per line)")
     return words
+
+
+def select_words(listed: list[str], subset: Sequence[str] = ()) -> list[str]:
+    """``subset`` (in its order) after checking that every entry is one of ``listed``; ``listed`` when it is empty.
+
+    Raises:
+        ValueError: an entry of ``subset`` is not on the list (the message names them).
+    """
+    if not subset:
+        return list(listed)
+    known = set(listed)
+    missing = [w for w in subset if w not in known]
+    if missing:
+        raise ValueError(f"{missing} {'is' if len(missing) == 1 else 'are'} not on the word list ({len(listed)} entries); "
+                         f"give entries of the list (--bad-words) or drop them")
+    return list(subset)
