@@ -221,15 +221,15 @@ def test_reproduce_writes_under_runs_unless_asked_to_write_the_docs(tmp_path, mo
     monkeypatch.setattr(warcraft_train.WarcraftExperiment, "presets", tmp_path / "none")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "docs").mkdir()
-    tracked = "# Results\nprose\n<!-- BEGIN cpu:sudoku -->\nold\n<!-- END cpu:sudoku -->\n"
+    tracked = "# Results\nprose\n<!-- BEGIN cpu:sudoku -->\nSTALE BLOCK\n<!-- END cpu:sudoku -->\n"
     (tmp_path / "docs" / "results.md").write_text(tracked)
     cli(["reproduce", "--cpu", "--only", "sudoku", "warcraft"])
     assert (tmp_path / "docs" / "results.md").read_text() == tracked
     copy = (tmp_path / "runs" / "reproduce" / "results.md").read_text()
-    assert copy.startswith("# Results\nprose\n") and "old" not in copy and "the cpu note" in copy
-    assert "ConvNet + SL vs ConvNet, exact" in copy and "pseudosl sudoku train --preset cpu" in copy
+    assert copy.startswith("# Results\nprose\n") and "STALE BLOCK" not in copy and "the cpu note" in copy
+    assert "ConvNet + SL vs ConvNet  " in copy and "pseudosl sudoku train --preset cpu" in copy
     assert "Time per run, wall / CPU (training epochs): ConvNet" in copy and "cpu:warcraft" not in copy
     cli(["reproduce", "--cpu", "--only", "sudoku", "--write-docs"])
     written = (tmp_path / "docs" / "results.md").read_text()
-    assert "old" not in written and "ConvNet + SL vs ConvNet" in written
+    assert "STALE BLOCK" not in written and "ConvNet + SL vs ConvNet" in written
     assert (tmp_path / "docs" / "figures" / "sudoku-cpu-curves.png").stat().st_size > 0

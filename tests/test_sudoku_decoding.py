@@ -238,7 +238,7 @@ def test_decoder_rows_appear_in_tables_and_through_eval(tmp_path, capsys):
         assert res["summary"][row]["consistent_mean"] == 100.0 and res["summary"][row]["exact_mean"] == 100.0
     table = (out / "table.txt").read_text()
     assert "RNN + resample 4" in table and "ConvNet + constrained" in table
-    assert "RNN + resample 4 vs RNN, consistent" in table
+    assert "RNN + resample 4 vs RNN  " in table
     lines = {line.split("  ")[0]: line for line in table.splitlines()}
     assert "22.40" in lines["RNN"] and "22.40" not in lines["RNN + resample 4"]  # the paper decodes greedily
     selection = next(line for line in table.splitlines() if line.startswith("Checkpoints selected"))

@@ -167,7 +167,7 @@ def test_decoder_rows_appear_in_tables_and_through_eval(tmp_path, capsys):
     for row in rows:
         assert res["summary"][row]["consistent_mean"] == 100.0 and res["summary"][row]["cost_ratio_mean"] >= 1.0
     table = (tmp_path / "o" / "table.txt").read_text()
-    assert "CNN-LSTM + resample 4" in table and "ResNet-18 + constrained vs ResNet-18, consistent" in table
+    assert "CNN-LSTM + resample 4" in table and "ResNet-18 + constrained vs ResNet-18  " in table
     (run,) = [r for r in res["runs"] if r["model"] == "lstm"]
     assert 1 <= run["decoded"]["resample"]["ess"] <= 4
     cli(_argv(tmp_path, "plain"))

@@ -26,7 +26,7 @@ from .config import RunConfig, split_model
 
 __all__ = ["summarize", "paired_comparisons", "student_t_quantile", "verdict", "selection_score",
            "selection_reason", "format_table", "format_comparisons", "format_report", "model_label", "unit",
-           "row_key", "split_row", "VERDICTS"]
+           "row_key", "split_row", "VERDICTS", "VERDICT_WORDS"]
 
 VERDICTS = ("beats its base beyond the 95 % interval", "not distinguishable from its base",
             "worse than its base beyond the 95 % interval")
@@ -221,22 +221,45 @@ def format_table(exp: Experiment, summary: dict, title: str) -> str:
     return "\n".join(lines)
 
 
+VERDICT_WORDS = {VERDICTS[0]: "better", VERDICTS[1]: "n.d.", VERDICTS[2]: "worse"}  # a verdict in a table cell
+
+
 def format_comparisons(exp: Experiment, comparisons: list[dict]) -> str:
-    """One sentence per comparison and metric: the mean paired difference, its 95 % interval and the verdict."""
+    """A table of the paired comparisons: a line per row and its base, a cell per metric with the mean paired
+    difference, its 95 % interval and the verdict in a word (:data:`VERDICT_WORDS`); ``(n=..)`` where a metric
+    is paired on fewer seeds than the line's others, no interval with one paired seed, ``–`` where a metric
+    is not compared."""
     if not comparisons:
         return ""
-    lines = ["Paired by seed (model minus its base, mean and 95 % Student-t interval over the seeds):"]
+    metrics = list(dict.fromkeys(c["metric"] for c in comparisons))
+    pairs: dict[tuple[str, str], dict[str, dict]] = {}
     for c in comparisons:
-        u = unit(exp, c["metric"])
-        u = " points" if u == "%" else f" {u}" if u else ""
-        what = f"{model_label(exp, c['model'])} vs {model_label(exp, c['base'])}, {c['metric']}"
-        if c["n"] < 2:
-            lines.append(f"  {what}: {c['mean']:+.2f}{u} (1 paired seed: no interval): {c['verdict']}")
-        else:
-            lo, hi = c["ci95"]
-            lines.append(f"  {what}: {c['mean']:+.2f}{u} (95 % CI {lo:+.2f} .. {hi:+.2f}, {c['n']} seeds): "
-                         f"{c['verdict']}")
-    return "\n".join(lines)
+        pairs.setdefault((c["model"], c["base"]), {})[c["metric"]] = c
+
+    def cell(c: dict | None, n: int) -> str:
+        if c is None:
+            return "–"
+        text = f"{c['mean']:+.2f}" + (" [{:+.2f}, {:+.2f}]".format(*c["ci95"]) if c["n"] > 1 else "")
+        return f"{text} {VERDICT_WORDS[c['verdict']]}" + (f" (n={c['n']})" if c["n"] != n else "")
+
+    def header(m: str) -> str:
+        u = unit(exp, m)
+        return f"{m} ({'points' if u == '%' else u})" if u else m
+
+    lines = [["Comparison", "seeds", *map(header, metrics)]]
+    for (row, base), cs in pairs.items():
+        n = max(c["n"] for c in cs.values())
+        lines.append([f"{model_label(exp, row)} vs {model_label(exp, base)}", str(n),
+                      *(cell(cs.get(m), n) for m in metrics)])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    lower = [m for m in metrics if m in exp.lower_is_better]
+    intro = ("Paired by seed: each row minus its base, per metric the mean difference [95 % Student-t interval] "
+             "over the seeds;\nbetter / worse: beyond the interval" + (f" ({', '.join(lower)}: lower is better)"
+                                                                       if lower else "")
+             + "; n.d.: not distinguishable (the interval holds 0).")
+    table = ["  ".join(f"{t:<{w}}" if i == 0 else f"{t:>{w}}" for i, (t, w) in enumerate(zip(line, widths))).rstrip()
+             for line in lines]
+    return "\n".join([intro, *table])
 
 
 def _format_selection(exp: Experiment, runs: list[dict], order: list[str]) -> str:
