@@ -30,3 +30,21 @@ def bench_circuits() -> Path:
 def _seed():
     torch.manual_seed(0)
 
+
+@pytest.fixture
+def float64_default():
+    """torch's default dtype float64 for the test (brute-force comparisons), restored after it."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test (many small calls: two threads on a loaded 2-core machine made them ten
+    times slower), the caller's setting restored after it."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -26,12 +26,7 @@ from pseudosl.psl import UnsatisfiableError
 N, K_VALUES = 4, 3  # sequences of 4 values in 0..2: 81 of them
 
 
-@pytest.fixture(autouse=True)
-def _float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("float64_default")
 
 
 class GRU(nn.Module):

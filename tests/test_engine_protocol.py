@@ -19,12 +19,7 @@ from pseudosl.logic.categorical import all_of
 TOL = dict(atol=1e-9, rtol=1e-9)
 
 
-@pytest.fixture(autouse=True)
-def _float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("float64_default")
 
 
 @pytest.fixture

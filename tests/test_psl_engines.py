@@ -14,12 +14,7 @@ from pseudosl.psl import (CausalLMEngine, RecurrentDecoder, ValueMap, as_engine,
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 
-@pytest.fixture(autouse=True)
-def _float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("float64_default")
 
 
 def _grads(loss, module):

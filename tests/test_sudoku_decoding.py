@@ -72,22 +72,7 @@ def several(min_completions: int, blanks: int = 11, seed: int = 0) -> list[int]:
     raise AssertionError("no such puzzle")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Per-puzzle decoding is many small calls: on one thread (two threads on a loaded 2-core machine made them
-    ten times slower); the caller's setting is restored."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
-@pytest.fixture
-def float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # decoding is many small calls
 
 
 # -- the per-puzzle circuit -------------------------------------------------------------------------
@@ -136,7 +121,7 @@ def test_puzzle_circuit_named_errors():
 
 
 # -- the ConvNet: argmax and exact draws of its factorized distribution ---------------------------------
-def test_convnet_constrained_is_the_brute_force_argmax(float64):
+def test_convnet_constrained_is_the_brute_force_argmax(float64_default):
     torch.manual_seed(0)
     model = ConvNet(channels=8, layers=1, size=4).eval()
     puzzles = puzzles_with_blanks(10, 8, seed=4)
@@ -153,7 +138,7 @@ def test_convnet_constrained_is_the_brute_force_argmax(float64):
     assert several_seen >= 3
 
 
-def test_convnet_resample_draws_from_the_model_given_the_puzzle(float64):
+def test_convnet_resample_draws_from_the_model_given_the_puzzle(float64_default):
     torch.manual_seed(1)
     model = ConvNet(channels=8, layers=1, size=4).eval()
     p = several(4)
@@ -182,7 +167,7 @@ def _local_conditionals(model: SudokuRNN, puzzle: torch.Tensor, anchor: torch.Te
     return torch.stack(rows)
 
 
-def test_rnn_constrained_is_the_argmax_of_its_local_distribution(float64):
+def test_rnn_constrained_is_the_argmax_of_its_local_distribution(float64_default):
     torch.manual_seed(2)
     model = SudokuRNN(hidden=8, layers=1, dropout=0.0, size=4).eval()
     puzzles = puzzles_with_blanks(20, 11, seed=5)
@@ -195,7 +180,7 @@ def test_rnn_constrained_is_the_argmax_of_its_local_distribution(float64):
         assert torch.equal(out.digits[b], grids[score.argmax()])
 
 
-def test_rnn_resample_follows_the_exact_resampling_distribution(float64):
+def test_rnn_resample_follows_the_exact_resampling_distribution(float64_default):
     torch.manual_seed(3)
     model = SudokuRNN(hidden=8, layers=1, dropout=0.0, size=4).eval()
     with torch.no_grad():

@@ -36,20 +36,7 @@ EDGES = torch.as_tensor(oracle.assignments(N_EDGES, 2))                       # 
 PATHS = np.array([is_simple_path(e.tolist(), K_GRID, K_GRID) for e in EDGES])  # the constraint, by enumeration
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
-@pytest.fixture
-def float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # decoding is many small calls
 
 
 def maps(n: int, seed: int = 0) -> torch.Tensor:
@@ -66,7 +53,7 @@ def test_the_circuit_is_the_simple_paths():
 
 
 # -- the ResNet: argmax and exact draws of its independent edges ------------------------------------
-def test_resnet_constrained_is_the_brute_force_argmax(float64):
+def test_resnet_constrained_is_the_brute_force_argmax(float64_default):
     torch.manual_seed(0)
     model = EdgeResNet(N_EDGES, width=0.0625).eval()
     m = maps(6)
@@ -78,7 +65,7 @@ def test_resnet_constrained_is_the_brute_force_argmax(float64):
     assert torch.equal(index(out.edges), w.argmax(1))
 
 
-def test_resnet_resample_draws_from_the_model_given_the_constraint(float64):
+def test_resnet_resample_draws_from_the_model_given_the_constraint(float64_default):
     torch.manual_seed(1)
     model = EdgeResNet(N_EDGES, width=0.0625).eval()
     with torch.no_grad():
@@ -120,7 +107,7 @@ def _local(log_p: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def test_lstm_constrained_is_the_argmax_of_its_local_distribution(float64):
+def test_lstm_constrained_is_the_argmax_of_its_local_distribution(float64_default):
     model = _lstm(2)
     m = maps(5, seed=2)
     out = decode(model, m, path_circuit(K_GRID), "constrained", num_candidates=16)
@@ -131,7 +118,7 @@ def test_lstm_constrained_is_the_argmax_of_its_local_distribution(float64):
         assert index(out.edges[b]) == w.argmax()
 
 
-def test_lstm_resample_follows_the_exact_resampling_distribution(float64):
+def test_lstm_resample_follows_the_exact_resampling_distribution(float64_default):
     model = _lstm(3)
     m = maps(1, seed=3)
     log_p = _log_p(model, m)

@@ -55,7 +55,8 @@ import torch
 from torch import Tensor, nn
 
 from .. import _validation
-from .constraint import ValueMap
+from ..circuit import Circuit
+from .constraint import Constraint, ValueMap
 from .neighbours import check_sample, local_conditionals
 from .sampling import check_count
 
@@ -281,3 +282,21 @@ def _full_precision(module: nn.Module) -> contextlib.AbstractContextManager:
     if not available(device):
         return contextlib.nullcontext()
     return torch.autocast(device, enabled=False)
+
+
+def engine_circuit(engine: "Engine", constraint: Circuit | Constraint) -> Circuit:
+    """The circuit of ``constraint`` for ``engine``, or a named error: the engine is an :class:`Engine`, a
+    :class:`~pseudosl.Constraint` folds tokens as the engine does.  (The loss and constrained sampling check
+    their inputs with it before the model runs.)"""
+    if not isinstance(engine, Engine):
+        raise TypeError(f"engine must be a pseudosl engine, got {type(engine).__name__}; make one with "
+                        "pseudosl.as_engine(model, ...) (a RecurrentDecoder, an nn.RNN/GRU/LSTM step model, "
+                        "a Hugging Face causal LM, or a log_joint(y, example) with n_values=k)")
+    if isinstance(constraint, Constraint):
+        if constraint.value_map != engine.value_map:
+            raise ValueError(f"the constraint folds tokens with {constraint.value_map} but the engine with "
+                             f"{engine.value_map}; build the engine with value_map=constraint.value_map")
+        return constraint.circuit
+    if isinstance(constraint, Circuit):
+        return constraint
+    raise TypeError(f"circuit must be a pseudosl.Circuit or a pseudosl.Constraint, got {type(constraint).__name__}")

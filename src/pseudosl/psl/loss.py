@@ -30,7 +30,7 @@ from .. import _validation
 from ..circuit import Circuit
 from ..losses import Reduction, constraint_log_prob, product_log_prob, reduce_loss
 from .constraint import Constraint, sample_satisfies
-from .engine import Engine
+from .engine import Engine, engine_circuit
 from .neighbours import check_sample
 
 __all__ = ["pseudo_semantic_loss", "PSLDiagnostics"]
@@ -64,19 +64,7 @@ def _check_inputs(engine: Engine, constraint: Circuit | Constraint, sample: Tens
                 "(for a bare log_joint: pseudosl.as_engine(log_joint, n_values=k))") if "n_values" in unexpected else ""
         raise ValueError(f"pseudo_semantic_loss got an unexpected argument {names}{hint}; its options are "
                          "reduction, allowed, return_diagnostics, negate, condition, chunk_size, candidates")
-    if not isinstance(engine, Engine):
-        raise TypeError(f"engine must be a pseudosl engine, got {type(engine).__name__}; make one with "
-                        "pseudosl.as_engine(model, ...) (a RecurrentDecoder, an nn.RNN/GRU/LSTM step model, "
-                        "a Hugging Face causal LM, or a log_joint(y, example) with n_values=k)")
-    if isinstance(constraint, Constraint):
-        if constraint.value_map != engine.value_map:
-            raise ValueError(f"the constraint folds tokens with {constraint.value_map} but the engine with "
-                             f"{engine.value_map}; build the engine with value_map=constraint.value_map")
-        circuit = constraint.circuit
-    elif isinstance(constraint, Circuit):
-        circuit = constraint
-    else:
-        raise TypeError(f"circuit must be a pseudosl.Circuit or a pseudosl.Constraint, got {type(constraint).__name__}")
+    circuit = engine_circuit(engine, constraint)
     sample = check_sample(sample)
     if sample.shape[1] != circuit.n_vars:
         raise ValueError(f"sample has length {sample.shape[1]} but the circuit has {circuit.n_vars} positions; "

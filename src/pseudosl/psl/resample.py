@@ -50,7 +50,7 @@ from torch import Tensor
 
 from ..circuit import Circuit
 from .constraint import Constraint
-from .engine import Engine
+from .engine import Engine, engine_circuit
 from .neighbours import check_sample
 from .sampling import check_count, sample_from_logits
 
@@ -104,18 +104,7 @@ def effective_sample_size(log_weights: Tensor) -> Tensor:
 def _check(engine: Engine, constraint: Circuit | Constraint, mode: str, num_candidates: int | None,
            root: int | None) -> tuple[Circuit, int]:
     """The circuit and the number of candidates, or a named error, before the model runs."""
-    if not isinstance(engine, Engine):
-        raise TypeError(f"engine must be a pseudosl engine, got {type(engine).__name__}; make one with "
-                        "pseudosl.as_engine(model, ...)")
-    if isinstance(constraint, Constraint):
-        if constraint.value_map != engine.value_map:
-            raise ValueError(f"the constraint folds tokens with {constraint.value_map} but the engine with "
-                             f"{engine.value_map}; build the engine with value_map=constraint.value_map")
-        circuit = constraint.circuit
-    elif isinstance(constraint, Circuit):
-        circuit = constraint
-    else:
-        raise TypeError(f"circuit must be a pseudosl.Circuit or a pseudosl.Constraint, got {type(constraint).__name__}")
+    circuit = engine_circuit(engine, constraint)
     if engine.n_values != circuit.n_values:
         raise ValueError(f"the model has {engine.n_values} values per position but the circuit has "
                          f"{circuit.n_values}; compile the constraint over the model's values (or fold them with a ValueMap)")
