@@ -378,3 +378,22 @@ def test_errors_name_the_argument():
         one_arg.local_conditionals(torch.zeros(1, 4, dtype=torch.long))
     with pytest.raises(NotImplementedError, match="cannot sample"):
         one_arg.sample(batch_size=2)
+
+
+def test_the_kv_cache_goes_by_the_name_the_model_takes():
+    """transformers 5.2x takes ``cache=`` and returns ``.cache``; earlier versions ``past_key_values``."""
+    from types import SimpleNamespace
+
+    from pseudosl.psl.causal_lm import _cache_kwarg, _kv_cache
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None):
+            return input_ids
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids=None, cache=None, use_cache=None):
+            return input_ids
+
+    assert _cache_kwarg(Old(), "kv") == {"past_key_values": "kv"} and _cache_kwarg(New(), "kv") == {"cache": "kv"}
+    assert _kv_cache(SimpleNamespace(past_key_values="old")) == "old"
+    assert _kv_cache(SimpleNamespace(cache="new", past_key_values="old")) == "new"

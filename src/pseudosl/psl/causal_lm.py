@@ -34,6 +34,9 @@ Rows carry their example ids (:mod:`pseudosl.psl.engine`): row ``r`` is scored a
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
@@ -227,7 +230,7 @@ class CausalLMEngine(Engine):
                     break
                 mask = torch.cat([mask, torch.ones_like(tok)], 1)
                 step = self.model(input_ids=tok, attention_mask=mask, position_ids=mask.sum(-1, keepdim=True) - 1,
-                                  past_key_values=step.past_key_values, use_cache=True)
+                                  use_cache=True, **_cache_kwarg(self.model, _kv_cache(step)))
         return out
 
     # -- the engine ---------------------------------------------------------------------------
@@ -250,7 +253,7 @@ class CausalLMEngine(Engine):
         with exact_mode(self.model, self.dropout):
             out = self.base(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True)
             hid = out.last_hidden_state  # (B, P+n, H)
-            kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+            kv = [(layer.keys, layer.values) for layer in _kv_cache(out).layers]
             base = self.head(hid[:, P - 1:P + n - 1]).log_softmax(-1)  # (B, n, V): log p(. | x, y_<i)
             cand, valid, rest = self._candidates(sample, base, candidates)  # (B, n, K), (B, n, K), (B, n)
             k = cand.shape[-1]
@@ -317,8 +320,8 @@ class CausalLMEngine(Engine):
 
             def run(inp_c: Tensor, tgt_c: Tensor, rb: Tensor = rb) -> Tensor:
                 cache = DynamicCache([(key[rb, :, :cut], val[rb, :, :cut]) for key, val in kv])
-                h = self.base(input_ids=inp_c, past_key_values=cache, attention_mask=mask[rb, :P + n - 1],
-                              position_ids=pos[rb, cut:P + n - 1], use_cache=True).last_hidden_state
+                h = self.base(input_ids=inp_c, attention_mask=mask[rb, :P + n - 1], position_ids=pos[rb, cut:P + n - 1],
+                              use_cache=True, **_cache_kwarg(self.base, cache)).last_hidden_state
                 return _token_logp(h, self.head, tgt_c, self.max_logits).sum(-1)
 
             if self.recompute and torch.is_grad_enabled():
@@ -336,3 +339,16 @@ def _suffix_of_last(scores: Tensor, base: Tensor, cand: Tensor) -> Tensor:
 def _positions(mask: Tensor) -> Tensor:
     """Position ids ``cumsum(mask) - 1`` (left padding gets 0), as ``generate`` computes them."""
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _cache_kwarg(module: nn.Module, cache: Any) -> dict[str, Any]:
+    """``{name: cache}`` for ``module``'s forward: transformers 5.2x takes the KV cache as ``cache`` and deprecates
+    ``past_key_values`` (the name of earlier versions)."""
+    takes_cache = "cache" in inspect.signature(module.forward).parameters
+    return {"cache" if takes_cache else "past_key_values": cache}
+
+
+def _kv_cache(output: Any) -> Any:
+    """The KV cache of a model output: ``output.cache`` (transformers 5.2x) or ``output.past_key_values``."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
