@@ -233,3 +233,25 @@ def test_reproduce_writes_under_runs_unless_asked_to_write_the_docs(tmp_path, mo
     written = (tmp_path / "docs" / "results.md").read_text()
     assert "STALE BLOCK" not in written and "ConvNet + SL vs ConvNet" in written
     assert (tmp_path / "docs" / "figures" / "sudoku-cpu-curves.png").stat().st_size > 0
+
+
+def test_a_paper_shaped_block_keeps_the_comparisons_and_the_bar_chart(tmp_path):
+    """An experiment with its own paper-shaped table (detox): the block shows it, then the paired comparisons, the
+    selection and the note (results.json's findings), and its comparison.png beside the curves."""
+    from types import SimpleNamespace
+
+    from pseudosl.reproduce import experiment_section
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "table_paper.md").write_text("| Model | x |\n|---|---|\n| A | 1 |\n")
+    (out / "table.txt").write_text("the plain table\n\nthe findings")
+    for kind in ("comparison", "curves"):
+        (out / f"{kind}.png").write_bytes(b"png")
+    result = {"out": str(out), "content_key": "abcd1234", "wall_s": 60.0, "findings": "Paired by seed: lines\n\nnote",
+              "machine": {"device": "cpu", "torch": "2", "threads": 1}, "runs": [{"model": "rnn", "wall_s": 1.0,
+                                                                                   "cpu_s": 1.0}]}
+    cfg = SimpleNamespace(preset="cpu", seeds=[0], epochs=1, jobs=1)
+    text = experiment_section(SudokuExperiment(), cfg, result, "pseudosl sudoku train", tmp_path / "figs", "figures")
+    assert "| A | 1 |" in text and "```\nPaired by seed: lines\n\nnote\n```" in text and "the plain table" not in text
+    assert text.index("sudoku-cpu-comparison.png") < text.index("sudoku-cpu-curves.png")
+    assert (tmp_path / "figs" / "sudoku-cpu-comparison.png").read_bytes() == b"png"

@@ -189,3 +189,26 @@ def test_two_fresh_processes_give_identical_metrics(tmp_path):
     for x, y in zip(a["runs"], b["runs"]):
         assert {k: v for k, v in x.items() if k not in timing} == {k: v for k, v in y.items() if k not in timing}
     assert a["summary"] == b["summary"] and a["comparisons"] == b["comparisons"]
+
+
+def test_many_metrics_make_several_comparison_tables():
+    """More than COMPARISON_COLUMNS metrics: one table per group of columns, a line only where it compares one."""
+    from types import SimpleNamespace
+
+    from pseudosl.experiments.summary import COMPARISON_COLUMNS
+    metrics = tuple(f"m{i}" for i in range(COMPARISON_COLUMNS + 2))
+    exp = SimpleNamespace(name="x", labels={"a": "A", "b": "B", "c": "C"}, metrics=metrics, paper={},
+                          units={m: "" for m in metrics}, lower_is_better=frozenset(metrics), baselines={},
+                          comparison_metrics=(), decoders={})
+
+    def comp(model, m, mean):
+        return {"model": model, "base": "a", "metric": m, "n": 3, "mean": mean, "ci95": [mean - 1, mean + 1],
+                "verdict": verdict(mean - 1, mean + 1, True)}
+    comps = [comp("b", m, -2.0) for m in metrics] + [comp("c", m, 0.0) for m in metrics[:2]]
+    text = format_comparisons(exp, comps)
+    tables = text.split("\n\n")
+    assert len(tables) == 2 and "lower is better for every metric" in tables[0]
+    assert "m5" in tables[0] and "m6" not in tables[0] and tables[1].splitlines()[0].split()[2:] == ["m6", "m7"]
+    assert "C vs A" in tables[0] and "C vs A" not in tables[1]        # C compares m0, m1 only
+    assert tables[1].splitlines()[1].split()[:5] == ["B", "vs", "A", "3", "-2.00"]
+    assert "better" in tables[1] and "n.d." in tables[0]

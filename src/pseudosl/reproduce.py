@@ -59,7 +59,7 @@ def experiment_section(exp, cfg, result: dict, command: str, figures: Path, rel:
     out = Path(result["out"])
     stem = f"{exp.name}-{cfg.preset}"
     pics = []
-    for kind in ("curves", "examples"):
+    for kind in ("comparison", "curves", "examples"):  # comparison.png: an experiment's bar chart of the rows, if any
         src = out / f"{kind}.png"
         if src.exists():
             figures.mkdir(parents=True, exist_ok=True)
@@ -71,8 +71,8 @@ def experiment_section(exp, cfg, result: dict, command: str, figures: Path, rel:
              f"{result['wall_s'] / 60:.1f} min" + (f" ({cfg.jobs} runs at a time)" if cfg.jobs > 1 else "") + ".",
              _per_run(exp, result), ""]
     paper_shaped = out / "table_paper.md"  # an experiment's own paper-shaped table (Experiment.report), if any
-    if paper_shaped.is_file():
-        lines += [paper_shaped.read_text().strip(), ""]
+    if paper_shaped.is_file():  # then the comparisons, the selection and the note that follow table.txt's table
+        lines += [paper_shaped.read_text().strip(), "", "```", result.get("findings", "").strip(), "```", ""]
     else:
         lines += ["```", (out / "table.txt").read_text().strip(), "```", ""]
     return "\n".join(lines + pics)

@@ -56,7 +56,7 @@ from ..errors import PseudoslError, RunFolderError, StorageError
 from .config import ConfigError, RunConfig, model_variant, split_model
 from .runs import (LOCK, MANIFEST, atomic_path, check_identity, check_manifest, check_out_folder, run_dirs,
                    run_lock, watch_parent, write_manifest)
-from .summary import (format_report, format_table, model_label, paired_comparisons, row_key, selection_reason,
+from .summary import (format_findings, format_report, format_table, model_label, paired_comparisons, row_key, selection_reason,
                       selection_score, summarize, unit)
 
 __all__ = ["Experiment", "Splits", "train", "train_run", "run_folder", "evaluate_checkpoints", "summarize",
@@ -426,8 +426,9 @@ def _tables(exp: Experiment, cfg: RunConfig, runs: list[dict], models: list[str]
     records, rows = _rows(runs, models)
     summary = summarize(records, exp.metrics, rows)
     comparisons = paired_comparisons(exp, records, rows)
-    text = format_report(exp, summary, comparisons, records, title, cfg.note, exp.selection_order(cfg))
-    return {"summary": summary, "comparisons": comparisons, "text": text}
+    findings = format_findings(exp, comparisons, records, cfg.note, exp.selection_order(cfg))
+    return {"summary": summary, "comparisons": comparisons, "findings": findings,
+            "text": format_table(exp, summary, title) + ("\n\n" + findings if findings else "")}
 
 
 def _with_decoder_labels(exp: Experiment, cfg: RunConfig) -> Experiment:
@@ -497,7 +498,7 @@ def _train(exp: Experiment, cfg: RunConfig, out: Path, accelerator: Any, resume:
     tables = _tables(exp, cfg, runs, cfg.models, _title(exp, cfg, splits))
     summary = tables["summary"]
     result = {"experiment": exp.name, "config": cfg.to_dict(), "content_key": cfg.content_key(), "summary": summary,
-              "comparisons": tables["comparisons"],
+              "comparisons": tables["comparisons"], "findings": tables["findings"],
               "paper": exp.paper, "wall_s": time.time() - t0, "world_size": accelerator.num_processes,
               "machine": _machine(), "runs": [{k: v for k, v in r.items() if k != "predictions"} for r in runs]}
     if accelerator.is_main_process:

@@ -8,8 +8,8 @@
   95 % interval", "not distinguishable from its base" or "worse than its base beyond the 95 % interval";
 * :func:`selection_reason`: which validation metric chose a run's checkpoint (``metrics[0]``, or the
   finer metric that broke its tie);
-* :func:`format_report`: the text of ``table.txt`` and of the printout: the table, the comparisons,
-  the selection, and the preset's ``note``.
+* :func:`format_report`: the text of ``table.txt`` and of the printout: the table, then
+  :func:`format_findings` (the comparisons, the selection, and the preset's ``note``).
 
 Rows: a table row is a model (or model variant) decoded greedily, or ``"<model>|<decoder>"`` for an
 extra decoder of ``cfg.decoders`` evaluated on the same checkpoint (:func:`row_key`).
@@ -25,7 +25,7 @@ import numpy as np
 from .config import RunConfig, split_model
 
 __all__ = ["summarize", "paired_comparisons", "student_t_quantile", "verdict", "selection_score",
-           "selection_reason", "format_table", "format_comparisons", "format_report", "model_label", "unit",
+           "selection_reason", "format_table", "format_comparisons", "format_findings", "format_report", "model_label", "unit",
            "row_key", "split_row", "VERDICTS", "VERDICT_WORDS"]
 
 VERDICTS = ("beats its base beyond the 95 % interval", "not distinguishable from its base",
@@ -222,6 +222,7 @@ def format_table(exp: Experiment, summary: dict, title: str) -> str:
 
 
 VERDICT_WORDS = {VERDICTS[0]: "better", VERDICTS[1]: "n.d.", VERDICTS[2]: "worse"}  # a verdict in a table cell
+COMPARISON_COLUMNS = 6  # metrics per comparison table (more metrics: several tables, so lines stay readable)
 
 
 def format_comparisons(exp: Experiment, comparisons: list[dict]) -> str:
@@ -246,20 +247,25 @@ def format_comparisons(exp: Experiment, comparisons: list[dict]) -> str:
         u = unit(exp, m)
         return f"{m} ({'points' if u == '%' else u})" if u else m
 
-    lines = [["Comparison", "seeds", *map(header, metrics)]]
-    for (row, base), cs in pairs.items():
-        n = max(c["n"] for c in cs.values())
-        lines.append([f"{model_label(exp, row)} vs {model_label(exp, base)}", str(n),
-                      *(cell(cs.get(m), n) for m in metrics)])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     lower = [m for m in metrics if m in exp.lower_is_better]
     intro = ("Paired by seed: each row minus its base, per metric the mean difference [95 % Student-t interval] "
-             "over the seeds;\nbetter / worse: beyond the interval" + (f" ({', '.join(lower)}: lower is better)"
-                                                                       if lower else "")
+             "over the seeds;\nbetter / worse: beyond the interval"
+             + (" (lower is better for every metric)" if lower == metrics else
+                f" ({', '.join(lower)}: lower is better)" if lower else "")
              + "; n.d.: not distinguishable (the interval holds 0).")
-    table = ["  ".join(f"{t:<{w}}" if i == 0 else f"{t:>{w}}" for i, (t, w) in enumerate(zip(line, widths))).rstrip()
-             for line in lines]
-    return "\n".join([intro, *table])
+    blocks = []
+    for first in range(0, len(metrics), COMPARISON_COLUMNS):  # many metrics: several tables of a few columns
+        cols = metrics[first:first + COMPARISON_COLUMNS]
+        lines = [["Comparison", "seeds", *map(header, cols)]]
+        for (row, base), cs in pairs.items():
+            if any(m in cs for m in cols):
+                n = max(c["n"] for c in cs.values())
+                lines.append([f"{model_label(exp, row)} vs {model_label(exp, base)}", str(n),
+                              *(cell(cs.get(m), n) for m in cols)])
+        widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+        blocks.append("\n".join("  ".join(f"{t:<{w}}" if i == 0 else f"{t:>{w}}"
+                                           for i, (t, w) in enumerate(zip(line, widths))).rstrip() for line in lines))
+    return "\n\n".join([intro + "\n" + blocks[0], *blocks[1:]])
 
 
 def _format_selection(exp: Experiment, runs: list[dict], order: list[str]) -> str:
@@ -277,10 +283,17 @@ def _format_selection(exp: Experiment, runs: list[dict], order: list[str]) -> st
     return f"Checkpoints selected on validation{rule}; the metric that decided, per run: {body}."
 
 
+def format_findings(exp: Experiment, comparisons: list[dict], runs: list[dict], note: str = "",
+                    selection_order: list[str] | None = None) -> str:
+    """What follows the table in ``table.txt``: the paired comparisons, how checkpoints were selected (runs with
+    ``selected_on``; ``selection_order`` names the validation metrics in order), the preset's note."""
+    parts = [format_comparisons(exp, comparisons), _format_selection(exp, runs, selection_order or []),
+             " ".join(note.split())]
+    return "\n\n".join(p for p in parts if p)
+
+
 def format_report(exp: Experiment, summary: dict, comparisons: list[dict], runs: list[dict], title: str,
                   note: str = "", selection_order: list[str] | None = None) -> str:
-    """The text of ``table.txt``: the table, the paired comparisons, how checkpoints were selected (runs with
-    ``selected_on``; ``selection_order`` names the validation metrics in order), the preset's note."""
-    parts = [format_table(exp, summary, title), format_comparisons(exp, comparisons),
-             _format_selection(exp, runs, selection_order or []), " ".join(note.split())]
-    return "\n\n".join(p for p in parts if p)
+    """The text of ``table.txt``: the table (:func:`format_table`), then :func:`format_findings`."""
+    findings = format_findings(exp, comparisons, runs, note, selection_order)
+    return format_table(exp, summary, title) + ("\n\n" + findings if findings else "")
