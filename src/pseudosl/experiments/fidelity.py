@@ -138,9 +138,9 @@ def plot_positions(fid: Fidelity, path: str | Path, title: str = "") -> None:
     ax.plot(x, local, "s-" if n <= 20 else "-", label=f"local approximation: H(y_i | y_-i)  (sum {local.sum():.2f})")
     ax.set(xlabel="position i", ylabel="entropy (bits)", title=title or "per-position entropy, mean over anchors")
     ax.set_ylim(bottom=0)
-    ax.legend()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=8)  # below the axes: hides no point
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 

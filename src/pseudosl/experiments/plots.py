@@ -78,8 +78,8 @@ def plot_curves(runs: list[dict], metrics: tuple[str, ...], path: str | Path, la
                     named = True
     for ax, (key, name) in zip(ax_loss, loss_panels):
         losses = [e[key] for r in runs for e in r["history"] if key in e]
-        ax.set(xlabel="epoch", ylabel=name.split(" (")[0], title=name,
-               yscale="log" if losses and min(losses) > 0 else "linear")
+        spans_decade = bool(losses) and min(losses) > 0 and max(losses) >= 10 * min(losses)
+        ax.set(xlabel="epoch", ylabel=name.split(" (")[0], title=name, yscale="log" if spans_decade else "linear")
     for ax, m in zip(ax_metrics, metrics):
         vals = [e[k] for r in runs for e in r["history"] for k in (f"test_{m}", f"val_{m}") if k in e]
         unit = units.get(m, "%")

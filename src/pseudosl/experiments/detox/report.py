@@ -100,7 +100,8 @@ def plot_comparison(summary: dict[str, dict], labels: dict[str, str], path: str 
             means = [m if math.isfinite(m) else math.nan for m in means]  # an infinite perplexity is not drawn
             if all(math.isnan(m) for m in means):
                 continue  # not defined for this decoding: no bar, no legend entry
-            stds = [r.get(f"{prefix}{key}_std", 0.0) for r in rows]
+            one_seed = all(r.get(f"{prefix}{key}_n", 1) < 2 for r in rows)  # no spread to draw
+            stds = None if one_seed else [r.get(f"{prefix}{key}_std", 0.0) for r in rows]
             if key == "ppl":  # where each perplexity is measured
                 clean = prefix == "ban_" or suffix == "|processor"
                 label += " (least toxic half, no listed word)" if clean else " (all held-out texts)"
