@@ -72,7 +72,7 @@ tests() {
         torch.version.cuda, 'cudnn', torch.backends.cudnn.version(),
         torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')"; } 2>&1 | tee "$logs/tests.log"
     echo "== CUDA tests =="
-    "$py" -m pytest -q -p no:cacheprovider -o addopts="-ra" tests/test_psl_engines.py tests/test_circuit_compile.py \
+    "$py" -m pytest -q -p no:cacheprovider -o addopts="-ra" tests/test_psl_engines.py tests/test_circuit_compile.py tests/test_cuda_decoding.py \
         2>&1 | tee -a "$logs/tests.log" || true
 }
 

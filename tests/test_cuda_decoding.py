@@ -1,0 +1,95 @@
+"""Constrained generation on CUDA (issue 17): the circuit queries, ``constrained_sample`` and the logits processor.
+
+Each test runs the same inputs on the CPU and on the GPU and compares: MPE values and log-probabilities,
+marginals, the samples' log-partition (and that every sample satisfies the constraint), resampled and MPE
+outputs of a user-written GRU in train and eval mode, and ``generate`` with the processor on a tiny GPT-2.
+The queries must not synchronise with the host once warm.  Skipped without a CUDA device (``scripts/gpu.sh
+tests`` runs them on a GPU).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import pseudosl
+from psl_models import circuit_from_truth, tiny_gpt2
+from test_circuit import random_circuit
+from test_constrained_sample import GRU, K_VALUES, N, random_truth
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+def _inputs(seed: int, batch: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, n, k, generator=g, dtype=torch.float64), torch.rand(batch, n, k, generator=g) > 0.2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_queries_on_cuda_match_the_cpu(seed):
+    circuit, _ = random_circuit(seed, 5, 3)
+    x, allowed = _inputs(seed, 16, 5, 3)
+    gpu, xg, ag = copy.deepcopy(circuit).to("cuda"), x.cuda(), allowed.cuda()  # .to moves a module in place
+    mpe, mpe_gpu = circuit.mpe(x, allowed), gpu.mpe(xg, ag)
+    torch.testing.assert_close(mpe_gpu.log_prob.cpu(), mpe.log_prob, **TOL)
+    assert torch.equal(mpe_gpu.values.cpu(), mpe.values)  # float64: no near-ties to break differently
+    has_model = mpe.values[:, 0] >= 0
+    torch.testing.assert_close(gpu.marginals(xg, ag).cpu(), circuit.marginals(x, allowed), **TOL)
+    draws = gpu.sample(xg, 64, allowed=ag, generator=torch.Generator("cuda").manual_seed(seed))
+    torch.testing.assert_close(draws.log_partition.cpu(), circuit.log_prob(x, allowed), **TOL)
+    values = draws.values.cpu()[:, has_model]
+    assert pseudosl.sample_satisfies(circuit, values.reshape(-1, 5), allowed[has_model].repeat(64, 1, 1)).all()
+
+
+def test_queries_do_not_synchronise_once_warm():
+    circuit = circuit_from_truth(np.random.default_rng(0).random(3 ** 5) < 0.5, 5, 3).to("cuda")
+    x = torch.randn(32, 5, 3, device="cuda")
+    g = torch.Generator("cuda").manual_seed(0)
+
+    def queries():
+        circuit.mpe(x), circuit.marginals(x), circuit.sample(x, 8, generator=g)
+    queries()  # warm-up: lazy initialisation may synchronise once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        queries()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("train", [False, True])
+@pytest.mark.parametrize("mode", ["resample", "mpe"])
+def test_constrained_sample_on_cuda(train, mode):
+    torch.set_default_dtype(torch.float32)
+    model, truth = GRU(seed=1).float().train(train), random_truth(1, density=0.1)
+    circuit = circuit_from_truth(truth, N, K_VALUES)
+    anchors = model.engine().sample(batch_size=32, generator=torch.Generator().manual_seed(0))
+    kw = dict(num_candidates=6) if mode == "resample" else {}
+    gpu_model, gpu_circuit = copy.deepcopy(model).cuda(), copy.deepcopy(circuit).to("cuda")
+    with torch.no_grad():
+        y = pseudosl.constrained_sample(gpu_model.engine(), gpu_circuit, anchors.cuda(), mode=mode,
+                                        generator=torch.Generator("cuda").manual_seed(0), **kw)
+    assert y.device.type == "cuda" and y.shape == (32, N)
+    assert pseudosl.sample_satisfies(circuit, y.cpu()).all()
+    if mode == "mpe":  # deterministic given the anchors: the CPU gives the same outputs
+        cpu = pseudosl.constrained_sample(model.engine(), circuit, anchors, mode="mpe")
+        assert torch.equal(y.cpu(), cpu)
+
+
+def test_logits_processor_on_cuda_ends_in_the_constraint():
+    vocab, n = 8, 6
+    model = tiny_gpt2(16, vocab, 32).float().eval().cuda()
+    constraint = pseudosl.no_forbidden_sequences([[3], [4, 5], [6, 2, 6]], n_positions=n, vocab_size=vocab,
+                                                 cache=False)
+    prompts = torch.randint(1, vocab, (12, 3), generator=torch.Generator().manual_seed(0)).cuda()
+    from transformers import LogitsProcessorList
+    masks = LogitsProcessorList([pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=3)])
+    torch.manual_seed(0)
+    out = model.generate(prompts, logits_processor=masks, do_sample=True, top_k=0, max_new_tokens=n,
+                         min_new_tokens=n, pad_token_id=0)
+    assert out.device.type == "cuda"
+    assert constraint.satisfied(out[:, -n:].cpu()).all()
