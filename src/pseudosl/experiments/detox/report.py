@@ -35,9 +35,10 @@ PPL_NOTE = ("PPL: held-out perplexity; with word banning and with the constraint
 
 def _cell(row: dict, key: str, paper: float | None) -> str:
     mean = row.get(f"{key}_mean", math.nan)
-    std = row.get(f"{key}_std", 0.0)
+    std, seeds = row.get(f"{key}_std", math.nan), row.get(f"{key}_n", 1)
     digits = 2 if key.endswith("ppl") else 3
-    ours = "–" if not math.isfinite(mean) else f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std else "")
+    spread = f" ± {std:.{digits}f}" if seeds >= 2 and math.isfinite(std) else ""  # every cell of several seeds
+    ours = "–" if not math.isfinite(mean) else f"{mean:.{digits}f}" + spread
     if paper is None:
         return ours
     return ours + f" ({paper:.4f})" if "tp_" in key else ours + f" ({paper:.2f})"
