@@ -239,6 +239,11 @@ def test_decoder_rows_appear_in_tables_and_through_eval(tmp_path, capsys):
     cli(["sudoku", "eval", "--out", str(plain), "--decoders", "constrained", "resample"])
     printed = capsys.readouterr().out
     assert "RNN + resample 16" in printed and "ConvNet + constrained" in printed
+    cli(["sudoku", "eval", "--out", str(plain), "--decoders", "resample", "--resample-candidates", "3"])
+    printed = capsys.readouterr().out
+    assert "RNN + resample 3" in printed and "resample 16" not in printed  # K set at eval time, labelled so
+    with pytest.raises(ValueError, match="resample_candidates = 0: give a positive number"):
+        evaluate_checkpoints(SudokuExperiment(), plain, ["resample"], resample_candidates=0)
 
 
 def test_same_seed_same_output_on_puzzles_with_several_completions(tmp_path):

@@ -561,17 +561,24 @@ def _title(exp: Experiment, cfg: RunConfig, splits: Splits) -> str:
             f"config {cfg.content_key()}, {cfg.epochs} epochs)")
 
 
-def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] | None = None) -> dict:
+def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] | None = None,
+                         resample_candidates: int | None = None) -> dict:
     """Re-evaluate every checkpoint under ``out`` (recursively); one table per distinct config.
 
     Runs are grouped by their config's content key and epochs, so checkpoints of different presets
     or settings are never averaged into one row.  Every checkpoint must hold the model and seed its folder
     names and the config of its run folder's ``run.json``; one (model, seed) found twice for one config
     (a copied folder) is refused, naming both, rather than counted as two seeds.  ``decoders`` (default:
-    each checkpoint's ``cfg.decoders``) adds a row per extra decoder, without retraining.
+    each checkpoint's ``cfg.decoders``) adds a row per extra decoder, without retraining;
+    ``resample_candidates`` (default: each run's) sets ``K`` of the ``resample`` decoder.
     """
     if decoders is not None:
         check_decoders(exp, decoders)
+    if resample_candidates is not None:
+        if not hasattr(exp.config_class, "resample_candidates"):
+            raise ValueError(f"resample_candidates = {resample_candidates}: {exp.name} has no resample decoder")
+        if isinstance(resample_candidates, bool) or not isinstance(resample_candidates, int) or resample_candidates < 1:
+            raise ValueError(f"resample_candidates = {resample_candidates!r}: give a positive number of candidates K")
     accelerator = make_accelerator()
     paths = sorted(Path(out).rglob("checkpoint.pt"))
     if not paths:
@@ -592,6 +599,8 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
                                   f"(tampered, or copied from another run?); delete it or train it again")
         if decoders is not None:
             cfg.decoders = list(decoders)
+        if resample_candidates is not None:
+            cfg.resample_candidates = resample_candidates  # test time only: not in the content key
         check_decoders(exp, cfg.decoders)
         key = (cfg.content_key(), cfg.epochs)  # early-stopped and untrained runs stay in their table
         if (first := seen.setdefault((*key, ckpt["model_name"], ckpt["seed"]), path)) != path:
