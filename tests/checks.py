@@ -1,9 +1,9 @@
-"""Shared comparisons of a compiled circuit against the brute-force oracle (float64)."""
+"""Shared test checks: a compiled circuit against the brute-force oracle (float64); no host synchronisation on CUDA."""
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -145,3 +145,15 @@ def assert_samples_match_oracle(circuit, truth: np.ndarray, x: torch.Tensor, n_s
         l1, bound, p_value = sample_fit(torch.bincount(idx, minlength=p.shape[1]), p[b])
         assert l1 <= bound, f"example {b}: L1 {l1:.4f} from q(. | alpha) exceeds the bound {bound:.4f}"
         assert p_value > 1e-6, f"example {b}: chi-square p-value {p_value:.2e}"
+
+
+def assert_no_host_sync(step: Callable[[], object]) -> None:
+    """``step()`` runs on CUDA without synchronising with the host (after one warm-up call: lazy
+    initialisation of cuDNN / cuBLAS handles may synchronise once); a synchronisation raises."""
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

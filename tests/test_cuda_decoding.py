@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import pseudosl
+from checks import assert_no_host_sync
 from psl_models import circuit_from_truth, tiny_gpt2
 from test_circuit import random_circuit
 from test_constrained_sample import GRU, K_VALUES, N, random_truth
@@ -50,15 +51,7 @@ def test_queries_do_not_synchronise_once_warm():
     x = torch.randn(32, 5, 3, device="cuda")
     g = torch.Generator("cuda").manual_seed(0)
 
-    def queries():
-        circuit.mpe(x), circuit.marginals(x), circuit.sample(x, 8, generator=g)
-    queries()  # warm-up: lazy initialisation may synchronise once
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        queries()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    assert_no_host_sync(lambda: (circuit.mpe(x), circuit.marginals(x), circuit.sample(x, 8, generator=g)))
 
 
 @pytest.mark.parametrize("train", [False, True])

@@ -7,6 +7,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import oracle
+from checks import assert_no_host_sync
 from psl_models import circuit_from_truth, tiny_gpt2
 from pseudosl.psl import (CausalLMEngine, RecurrentDecoder, ValueMap, as_engine, local_conditionals,
                           pseudo_semantic_loss, sample_autoregressive, sample_from_logits)
@@ -177,13 +178,7 @@ def test_sampling_and_engine_do_not_synchronise_on_cuda():
     def step():
         y = dec.sample(ctx, steps)
         pseudo_semantic_loss(dec.engine(ctx, steps), circuit, y).backward()
-    step()  # warm-up: lazy initialisation (cuDNN, cuBLAS handles) may synchronise once
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        step()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    assert_no_host_sync(step)
 
 
 # -- GPT-2 -------------------------------------------------------------------------------------------

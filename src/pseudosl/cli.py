@@ -84,7 +84,7 @@ def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
                    help="extra test-time decoders, a row each (default: those the runs were trained with)"
                         + (f"; known: {', '.join(exp.decoders)}" if exp.decoders else "; this experiment has none yet"))
     if hasattr(exp.config_class, "resample_candidates"):
-        e.add_argument("--resample-candidates", type=_positive_int, metavar="K",
+        e.add_argument("--resample-candidates", type=int, metavar="K",
                        help="candidates K of the resample decoder (default: each run's resample_candidates)")
     e.set_defaults(func=_eval, experiment_name=name)
 
@@ -125,17 +125,6 @@ def _eval(args: argparse.Namespace) -> None:
     from .experiments.harness import evaluate_checkpoints
     evaluate_checkpoints(experiment(args.experiment_name), args.out, args.decoders,
                          getattr(args, "resample_candidates", None))
-
-
-def _positive_int(text: str) -> int:
-    """An argparse type: a whole number >= 1 (argparse names the flag and the value when it fails)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1: give at least one candidate")
-    return value
 
 
 def _add_reproduce(sub: argparse._SubParsersAction) -> None:
