@@ -22,7 +22,7 @@ from typing import Sequence
 
 from .cache import cached_circuit
 from .circuit import Circuit
-from .logic.automaton import DFA, automaton_dag, forbidden_words_dfa
+from .logic.automaton import DFA, SparseDFA, automaton_dag, forbidden_words_dfa
 from .logic.categorical import CatFormula, categorical_dag
 from .logic.cnf import cnf_formula, normalize_clauses, parse_dimacs
 from .logic.errors import (DEFAULT_MAX_EDGES, DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, UnsatisfiableError, as_int,
@@ -174,7 +174,7 @@ def compile_categorical(formula_or_list: CatFormula | Sequence[CatFormula], n_po
     return _check_sat(circuit, allow_unsat, "the categorical formula")
 
 
-def compile_automaton(dfa: DFA, n_positions: int, *, cache: bool = True,
+def compile_automaton(dfa: DFA | SparseDFA, n_positions: int, *, cache: bool = True,
                       max_edges: int | None = DEFAULT_MAX_EDGES) -> Circuit:
     """The circuit "``dfa`` accepts ``y_0 .. y_{n_positions-1}``" over ``dfa.n_values``-valued positions.
 
@@ -188,6 +188,8 @@ def compile_automaton(dfa: DFA, n_positions: int, *, cache: bool = True,
         >>> even = DFA.from_transitions(2, 2, 0, {0}, [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 0)])
         >>> circuit = compile_automaton(even, 5)        # an even number of ones among 5 Booleans
     """
+    if isinstance(dfa, SparseDFA):
+        dfa = dfa.to_dense()  # TODO(sparse compile): unroll the default row and the exceptions without a dense table
     if not isinstance(dfa, DFA):
         raise TypeError(f"dfa must be a pseudosl.logic.automaton.DFA, got {type(dfa).__name__}")
     n_positions = check_int("n_positions", n_positions, low=1)

@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import operator
 from collections import deque
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from .builder import CircuitBuilder
 from .dag import Dag
 from .errors import DEFAULT_MAX_EDGES, check_int, check_limit
 
-__all__ = ["DFA", "automaton_dag", "automaton_edges", "automaton_node", "forbidden_words_dfa"]
+__all__ = ["DFA", "SparseDFA", "automaton_dag", "automaton_edges", "automaton_node", "forbidden_words_dfa"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -138,6 +139,159 @@ class DFA:
         """Canonical content (for the compile cache)."""
         return (self.n_states, self.n_values, self.start, tuple(sorted(self.accepting)),
                 tuple(self.delta.reshape(-1).tolist()))
+
+
+@dataclass(frozen=True, eq=False)
+class SparseDFA:
+    """A complete DFA stored as one default row plus exceptions: ``delta[s, c] = default[c]`` unless ``(s, c, d)``
+    is listed in ``exceptions`` (then ``delta[s, c] = d``).
+
+    The Aho--Corasick automaton of a word list, and a character automaton lifted to tokens, move from almost
+    every state on almost every value as the start state does: a table of ``n_states * n_values`` entries
+    would list the same destinations again and again.  This form costs ``n_values + len(exceptions)``.
+
+    Args:
+        n_states: number of states ``>= 1``.
+        n_values: alphabet size ``>= 2``.
+        start: the initial state.
+        accepting: the accepting states.
+        default: ``(n_values,)`` integer array, the destination of each value unless an exception says otherwise.
+        exceptions: ``(E, 3)`` integer array of rows ``(state, value, destination)``, no ``(state, value)`` twice;
+            stored sorted by ``(state, value)``.
+
+    Example:
+        >>> even_ones = SparseDFA(2, 2, 0, {0}, default=[0, 1], exceptions=[(1, 1, 0), (1, 0, 1)])
+        >>> even_ones.accepts([1, 0, 1]), even_ones.accepts([1, 0, 0])
+        (True, False)
+        >>> even_ones.to_dense().delta.tolist()
+        [[0, 1], [1, 0]]
+    """
+
+    n_states: int
+    n_values: int
+    start: int
+    accepting: frozenset[int]
+    default: np.ndarray
+    exceptions: np.ndarray
+
+    def __post_init__(self) -> None:
+        n_states = check_int("n_states", self.n_states, low=1)
+        n_values = check_int("n_values", self.n_values, low=2,
+                             fix=" (a circuit variable needs >= 2 values; add an unused catch-all value)")
+        start = check_int("start", self.start, low=0)
+        if start >= n_states:
+            raise ValueError(f"start state {start} is out of range 0..{n_states - 1}")
+        accepting = _states("accepting", self.accepting, n_states)
+        default = _int_array("default", self.default, (n_values,))
+        exceptions = _int_array("exceptions", self.exceptions, (None, 3))
+        _in_range("default", default, n_states)
+        _in_range("exceptions[:, 0] (states)", exceptions[:, 0], n_states)
+        _in_range("exceptions[:, 1] (values)", exceptions[:, 1], n_values)
+        _in_range("exceptions[:, 2] (destinations)", exceptions[:, 2], n_states)
+        keys = exceptions[:, 0] * n_values + exceptions[:, 1]
+        order = np.argsort(keys, kind="stable")
+        exceptions, keys = exceptions[order], keys[order]
+        twice = np.flatnonzero(np.diff(keys) == 0)
+        if twice.size:
+            s, c = (int(v) for v in exceptions[twice[0], :2])
+            raise ValueError(f"exceptions list (state {s}, value {c}) twice; a DFA has one destination per (state, value)")
+        for a in (default, exceptions, keys):
+            a.setflags(write=False)
+        for name, value in (("n_states", n_states), ("n_values", n_values), ("start", start),
+                            ("accepting", accepting), ("default", default), ("exceptions", exceptions)):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_keys", keys)
+
+    @classmethod
+    def from_dense(cls, dfa: DFA) -> "SparseDFA":
+        """The same automaton with each value's most frequent destination as its default."""
+        if not isinstance(dfa, DFA):
+            raise TypeError(f"dfa must be a pseudosl.DFA, got {type(dfa).__name__}")
+        delta = dfa.delta
+        default = np.array([np.bincount(delta[:, c], minlength=dfa.n_states).argmax() for c in range(dfa.n_values)],
+                           dtype=np.int64)
+        s, c = np.nonzero(delta != default[None, :])
+        return cls(dfa.n_states, dfa.n_values, dfa.start, dfa.accepting, default,
+                   np.stack([s, c, delta[s, c]], axis=1))
+
+    def to_dense(self, *, max_entries: int | None = DEFAULT_MAX_EDGES) -> DFA:
+        """The ``(n_states, n_values)`` table as a :class:`DFA` (refused above ``max_entries`` entries)."""
+        check_limit(f"a dense table of {self.n_states:,} states x {self.n_values:,} values has entries numbering",
+                    self.n_states * self.n_values, max_entries, "max_entries")
+        delta = np.tile(self.default, (self.n_states, 1))
+        delta[self.exceptions[:, 0], self.exceptions[:, 1]] = self.exceptions[:, 2]
+        return DFA(self.n_states, self.n_values, self.start, self.accepting, delta)
+
+    @property
+    def n_exceptions(self) -> int:
+        return int(self.exceptions.shape[0])
+
+    def step(self, states: np.ndarray | int, values: np.ndarray | int) -> np.ndarray:
+        """Destinations of ``(states, values)`` (broadcast integer arrays; values must lie in ``0 .. n_values-1``)."""
+        states, values = np.broadcast_arrays(np.asarray(states, dtype=np.int64), np.asarray(values, dtype=np.int64))
+        keys = states * self.n_values + values
+        at = np.searchsorted(self._keys, keys).clip(max=max(len(self._keys) - 1, 0))
+        hit = self._keys[at] == keys if len(self._keys) else np.zeros(keys.shape, dtype=bool)
+        return np.where(hit, self.exceptions[at, 2] if len(self._keys) else 0, self.default[values])
+
+    def run(self, word: Sequence[int]) -> int:
+        """The state reached after reading ``word`` from ``start``."""
+        s = self.start
+        for c in word:
+            s = int(self.step(s, c))
+        return s
+
+    def accepts(self, word: Sequence[int]) -> bool:
+        return self.run(word) in self.accepting
+
+    def live_states(self) -> np.ndarray:
+        """``(n_states,)`` bool: the states from which some (possibly empty) word reaches an accepting state."""
+        live = np.zeros(self.n_states, dtype=bool)
+        live[list(self.accepting)] = True
+        states, values, dests = self.exceptions.T
+        while True:
+            # s reaches a live state through its default row iff some value with a live default is not excepted at s
+            live_default = live[self.default]
+            excepted_live = np.bincount(states, weights=live_default[values], minlength=self.n_states)
+            new = live | (excepted_live < live_default.sum())
+            new[states[live[dests]]] = True
+            if (new == live).all():
+                return live
+            live = new
+
+    def key(self) -> tuple:
+        """Canonical content (for the compile cache)."""
+        digest = hashlib.sha256(self.default.tobytes() + self.exceptions.tobytes()).hexdigest()
+        return ("sparse", self.n_states, self.n_values, self.start, tuple(sorted(self.accepting)), digest)
+
+
+def _states(name: str, states: Iterable[int], n_states: int) -> frozenset[int]:
+    try:
+        out = frozenset(operator.index(s) for s in states)
+    except TypeError:
+        raise TypeError(f"{name} must be an iterable of int states, got {states!r}") from None
+    bad = sorted(s for s in out if not 0 <= s < n_states)
+    if bad:
+        raise ValueError(f"{name} state {bad[0]} is out of range 0..{n_states - 1}")
+    return out
+
+
+def _int_array(name: str, value: object, shape: tuple[int | None, ...]) -> np.ndarray:
+    a = np.asarray(value)
+    if a.size == 0:
+        a = a.astype(np.int64).reshape([0 if n is None else n for n in shape])
+    if a.ndim != len(shape) or any(n is not None and n != m for n, m in zip(shape, a.shape)):
+        want = str(tuple("E" if n is None else n for n in shape)).replace("'", "")
+        raise ValueError(f"{name} must have shape {want}, got {a.shape}")
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{name} must hold integers, got dtype {a.dtype}")
+    return np.array(a, dtype=np.int64)
+
+
+def _in_range(name: str, a: np.ndarray, n: int) -> None:
+    bad = np.flatnonzero((a < 0) | (a >= n))
+    if bad.size:
+        raise ValueError(f"{name} holds {int(a.reshape(-1)[bad[0]])}, outside 0..{n - 1}")
 
 
 def automaton_node(b: CircuitBuilder, dfa: DFA, positions: Sequence[int] | None = None) -> int:

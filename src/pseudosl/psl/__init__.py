@@ -18,7 +18,7 @@
 
 from .adapt import as_engine
 from .causal_lm import CausalLMEngine
-from .constraint import Constraint, ValueMap, no_forbidden_sequences, sample_satisfies
+from .constraint import AutomatonConstraint, Constraint, ValueMap, no_forbidden_sequences, sample_satisfies
 from .decoder import RecurrentDecoder
 from .engine import Engine, LogJointEngine, exact_mode
 from .fidelity import Fidelity, SamplerRequiredError, local_fidelity
@@ -29,6 +29,7 @@ from .resample import ResampleDiagnostics, UnsatisfiableError, constrained_sampl
 from .sampling import sample_autoregressive, sample_from_logits
 
 __all__ = [
+    "AutomatonConstraint",
     "CausalLMEngine",
     "Constraint",
     "ConstraintLogitsProcessor",

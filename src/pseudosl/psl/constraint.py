@@ -27,17 +27,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ..circuit import Circuit
 from ..compile import compile_automaton
-from ..logic.automaton import forbidden_words_dfa
+from ..logic.automaton import SparseDFA, forbidden_words_dfa
 from ..logic.errors import check_int
 from ..losses import constraint_log_prob
 from .neighbours import check_sample
 
-__all__ = ["Constraint", "ValueMap", "no_forbidden_sequences", "sample_satisfies"]
+__all__ = ["AutomatonConstraint", "Constraint", "ValueMap", "no_forbidden_sequences", "sample_satisfies"]
 
 
 class ValueMap:
@@ -157,6 +158,65 @@ class Constraint:
         """``(B,)`` bool: does each sequence ``tokens (B, n_positions)`` of the model's values satisfy it?"""
         tokens = check_sample(tokens, self.vocab_size, "tokens")
         return sample_satisfies(self.circuit, self.values(tokens), allowed)
+
+
+@dataclass(frozen=True)
+class AutomatonConstraint:
+    """A constraint on sequences of any length: an automaton over a model's values, read through a value map.
+
+    A sequence of tokens satisfies it when the automaton, reading the tokens' values from ``dfa.start``, ends in an
+    accepting state.  :meth:`window` compiles it over a fixed number of positions for the losses and for
+    :func:`pseudosl.constrained_sample`; ``pseudosl.ConstraintLogitsProcessor`` can follow it token by token during
+    generation, for any length.
+
+    Attributes:
+        dfa: the automaton over circuit values ``0 .. dfa.n_values-1``.
+        value_map: token ids -> the automaton's values (``None``: the values are the token ids).
+        stats: how it was built (sizes, build time); free-form, not compared.
+    """
+
+    dfa: SparseDFA
+    value_map: ValueMap | None = None
+    stats: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dfa, SparseDFA):
+            raise TypeError(f"dfa must be a pseudosl.logic.automaton.SparseDFA, got {type(self.dfa).__name__}")
+        if self.value_map is not None:
+            if not isinstance(self.value_map, ValueMap):
+                raise TypeError(f"value_map must be a pseudosl.ValueMap or None, got {type(self.value_map).__name__}")
+            if self.value_map.n_values != self.dfa.n_values:
+                raise ValueError(f"the value map gives {self.value_map.n_values} values but the automaton reads "
+                                 f"{self.dfa.n_values}")
+
+    @property
+    def vocab_size(self) -> int:
+        """Values per position of the model's sequences."""
+        return self.value_map.vocab_size if self.value_map is not None else self.dfa.n_values
+
+    def values(self, tokens: Tensor) -> Tensor:
+        """Automaton values of the model's values ``tokens`` (any shape)."""
+        return self.value_map.to_values(tokens) if self.value_map is not None else tokens
+
+    def window(self, n_positions: int, *, cache: bool = True) -> Constraint:
+        """The :class:`Constraint` "the automaton accepts the ``n_positions`` tokens", for the losses and decoders."""
+        n_positions = check_int("n_positions", n_positions, low=1)
+        start = time.perf_counter()
+        circuit = compile_automaton(self.dfa, n_positions, cache=cache)
+        stats = dict(self.stats, n_positions=n_positions, nodes=circuit.n_nodes, edges=circuit.n_edges,
+                     window_compile_s=time.perf_counter() - start)
+        return Constraint(circuit, self.value_map, stats)
+
+    def satisfied(self, tokens: Tensor) -> Tensor:
+        """``(B,)`` bool: does the automaton accept each row of ``tokens (B, L)`` (the model's values, any ``L``)?"""
+        tokens = check_sample(tokens, self.vocab_size, "tokens")
+        values = self.values(tokens).cpu().numpy()
+        states = np.full(values.shape[0], self.dfa.start, dtype=np.int64)
+        for t in range(values.shape[1]):
+            states = self.dfa.step(states, values[:, t])
+        accepting = np.zeros(self.dfa.n_states, dtype=bool)
+        accepting[list(self.dfa.accepting)] = True
+        return torch.from_numpy(accepting[states])
 
 
 def no_forbidden_sequences(sequences: Sequence[Sequence[int]], n_positions: int, vocab_size: int, *,
