@@ -21,10 +21,22 @@ def _live_by_brute_force(dfa: DFA) -> np.ndarray:
     return live
 
 
+def _with_random_rows(dfa: DFA, rng: np.random.Generator) -> SparseDFA:
+    """The same automaton with 1-3 random default rows and whatever exceptions they need."""
+    n_rows = int(rng.integers(1, 4))
+    default = rng.integers(0, dfa.n_states, size=(n_rows, dfa.n_values))
+    row_of = rng.integers(0, n_rows, size=dfa.n_states)
+    s, c = np.nonzero(dfa.delta != default[row_of])
+    return SparseDFA(dfa.n_states, dfa.n_values, dfa.start, dfa.accepting, default,
+                     np.stack([s, c, dfa.delta[s, c]], axis=1)[::-1], row_of=row_of)
+
+
 @pytest.mark.parametrize("seed", range(200))
-def test_sparse_dfa_steps_and_live_states_match_the_dense_table(seed):
-    dfa = _random_dfa(np.random.default_rng(seed))
-    sparse = SparseDFA.from_dense(dfa)
+@pytest.mark.parametrize("several_rows", [False, True])
+def test_sparse_dfa_steps_and_live_states_match_the_dense_table(seed, several_rows):
+    rng = np.random.default_rng(seed)
+    dfa = _random_dfa(rng)
+    sparse = _with_random_rows(dfa, rng) if several_rows else SparseDFA.from_dense(dfa)
     assert np.array_equal(sparse.to_dense().delta, dfa.delta)
     s, c = np.meshgrid(np.arange(dfa.n_states), np.arange(dfa.n_values), indexing="ij")
     assert np.array_equal(sparse.step(s, c), dfa.delta)
@@ -42,11 +54,13 @@ def test_aho_corasick_rows_mostly_agree():
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(default=[0, 5]), r"default holds 5, outside 0..1"),
-    (dict(default=[0]), r"default must have shape \(2,\)"),
+    (dict(default=[0]), r"default must have shape \(E, 2\)"),
     (dict(default=[0.0, 1.0]), r"default must hold integers"),
     (dict(exceptions=[(0, 1, 1), (0, 1, 0)]), r"\(state 0, value 1\) twice"),
     (dict(exceptions=[(2, 1, 1)]), r"exceptions\[:, 0\] \(states\) holds 2"),
     (dict(exceptions=[(0, 1)]), r"exceptions must have shape \(E, 3\)"),
+    (dict(row_of=[0, 1]), r"row_of holds 1, outside 0..0"),
+    (dict(row_of=[0]), r"row_of must have shape \(2,\)"),
 ])
 def test_bad_sparse_dfa_is_refused_by_name(kwargs, match):
     args = dict(n_states=2, n_values=2, start=0, accepting={0}, default=[0, 1], exceptions=[]) | kwargs

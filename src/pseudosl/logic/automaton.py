@@ -143,27 +143,32 @@ class DFA:
 
 @dataclass(frozen=True, eq=False)
 class SparseDFA:
-    """A complete DFA stored as one default row plus exceptions: ``delta[s, c] = default[c]`` unless ``(s, c, d)``
-    is listed in ``exceptions`` (then ``delta[s, c] = d``).
+    """A complete DFA stored as a few default rows plus exceptions: ``delta[s, c] = default[row_of[s], c]`` unless
+    ``(s, c, d)`` is listed in ``exceptions`` (then ``delta[s, c] = d``).
 
     The Aho--Corasick automaton of a word list, and a character automaton lifted to tokens, move from almost
-    every state on almost every value as the start state does: a table of ``n_states * n_values`` entries
-    would list the same destinations again and again.  This form costs ``n_values + len(exceptions)``.
+    every state on almost every value as one of a few typical states does (the start state; a state that has
+    just read a whole word): a table of ``n_states * n_values`` entries would list the same destinations again
+    and again.  This form costs ``n_rows * n_values + len(exceptions)``.
 
     Args:
         n_states: number of states ``>= 1``.
         n_values: alphabet size ``>= 2``.
         start: the initial state.
         accepting: the accepting states.
-        default: ``(n_values,)`` integer array, the destination of each value unless an exception says otherwise.
+        default: ``(n_rows, n_values)`` integer array (or ``(n_values,)`` for one row): ``default[r, c]`` is the
+            destination of value ``c`` from a state of row ``r`` unless an exception says otherwise.
         exceptions: ``(E, 3)`` integer array of rows ``(state, value, destination)``, no ``(state, value)`` twice;
             stored sorted by ``(state, value)``.
+        row_of: ``(n_states,)`` integer array, the default row of each state (``None``: row 0 for every state).
 
     Example:
         >>> even_ones = SparseDFA(2, 2, 0, {0}, default=[0, 1], exceptions=[(1, 1, 0), (1, 0, 1)])
         >>> even_ones.accepts([1, 0, 1]), even_ones.accepts([1, 0, 0])
         (True, False)
         >>> even_ones.to_dense().delta.tolist()
+        [[0, 1], [1, 0]]
+        >>> SparseDFA(2, 2, 0, {0}, default=[[0, 1], [1, 0]], exceptions=[], row_of=[0, 1]).to_dense().delta.tolist()
         [[0, 1], [1, 0]]
     """
 
@@ -173,6 +178,7 @@ class SparseDFA:
     accepting: frozenset[int]
     default: np.ndarray
     exceptions: np.ndarray
+    row_of: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n_states = check_int("n_states", self.n_states, low=1)
@@ -182,9 +188,15 @@ class SparseDFA:
         if start >= n_states:
             raise ValueError(f"start state {start} is out of range 0..{n_states - 1}")
         accepting = _states("accepting", self.accepting, n_states)
-        default = _int_array("default", self.default, (n_values,))
+        default = np.asarray(self.default)
+        default = _int_array("default", default[None] if default.ndim == 1 else default, (None, n_values))
+        if default.shape[0] < 1:
+            raise ValueError("default must hold at least one row of n_values destinations")
+        row_of = np.zeros(n_states, dtype=np.int64) if self.row_of is None else _int_array("row_of", self.row_of,
+                                                                                         (n_states,))
         exceptions = _int_array("exceptions", self.exceptions, (None, 3))
         _in_range("default", default, n_states)
+        _in_range("row_of", row_of, default.shape[0])
         _in_range("exceptions[:, 0] (states)", exceptions[:, 0], n_states)
         _in_range("exceptions[:, 1] (values)", exceptions[:, 1], n_values)
         _in_range("exceptions[:, 2] (destinations)", exceptions[:, 2], n_states)
@@ -195,16 +207,17 @@ class SparseDFA:
         if twice.size:
             s, c = (int(v) for v in exceptions[twice[0], :2])
             raise ValueError(f"exceptions list (state {s}, value {c}) twice; a DFA has one destination per (state, value)")
-        for a in (default, exceptions, keys):
+        for a in (default, exceptions, keys, row_of):
             a.setflags(write=False)
         for name, value in (("n_states", n_states), ("n_values", n_values), ("start", start),
-                            ("accepting", accepting), ("default", default), ("exceptions", exceptions)):
+                            ("accepting", accepting), ("default", default), ("exceptions", exceptions),
+                            ("row_of", row_of)):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "_keys", keys)
 
     @classmethod
     def from_dense(cls, dfa: DFA) -> "SparseDFA":
-        """The same automaton with each value's most frequent destination as its default."""
+        """The same automaton with one default row: each value's most frequent destination."""
         if not isinstance(dfa, DFA):
             raise TypeError(f"dfa must be a pseudosl.DFA, got {type(dfa).__name__}")
         delta = dfa.delta
@@ -218,9 +231,14 @@ class SparseDFA:
         """The ``(n_states, n_values)`` table as a :class:`DFA` (refused above ``max_entries`` entries)."""
         check_limit(f"a dense table of {self.n_states:,} states x {self.n_values:,} values has entries numbering",
                     self.n_states * self.n_values, max_entries, "max_entries")
-        delta = np.tile(self.default, (self.n_states, 1))
+        delta = self.default[self.row_of].copy()
         delta[self.exceptions[:, 0], self.exceptions[:, 1]] = self.exceptions[:, 2]
         return DFA(self.n_states, self.n_values, self.start, self.accepting, delta)
+
+    @property
+    def n_rows(self) -> int:
+        """Number of default rows."""
+        return int(self.default.shape[0])
 
     @property
     def n_exceptions(self) -> int:
@@ -229,10 +247,12 @@ class SparseDFA:
     def step(self, states: np.ndarray | int, values: np.ndarray | int) -> np.ndarray:
         """Destinations of ``(states, values)`` (broadcast integer arrays; values must lie in ``0 .. n_values-1``)."""
         states, values = np.broadcast_arrays(np.asarray(states, dtype=np.int64), np.asarray(values, dtype=np.int64))
+        dest = self.default[self.row_of[states], values]
+        if not len(self._keys):
+            return dest
         keys = states * self.n_values + values
-        at = np.searchsorted(self._keys, keys).clip(max=max(len(self._keys) - 1, 0))
-        hit = self._keys[at] == keys if len(self._keys) else np.zeros(keys.shape, dtype=bool)
-        return np.where(hit, self.exceptions[at, 2] if len(self._keys) else 0, self.default[values])
+        at = np.searchsorted(self._keys, keys).clip(max=len(self._keys) - 1)
+        return np.where(self._keys[at] == keys, self.exceptions[at, 2], dest)
 
     def run(self, word: Sequence[int]) -> int:
         """The state reached after reading ``word`` from ``start``."""
@@ -249,11 +269,12 @@ class SparseDFA:
         live = np.zeros(self.n_states, dtype=bool)
         live[list(self.accepting)] = True
         states, values, dests = self.exceptions.T
+        rows = self.row_of[states]
         while True:
             # s reaches a live state through its default row iff some value with a live default is not excepted at s
-            live_default = live[self.default]
-            excepted_live = np.bincount(states, weights=live_default[values], minlength=self.n_states)
-            new = live | (excepted_live < live_default.sum())
+            live_default = live[self.default]  # (n_rows, n_values)
+            excepted_live = np.bincount(states, weights=live_default[rows, values], minlength=self.n_states)
+            new = live | (excepted_live < live_default.sum(1)[self.row_of])
             new[states[live[dests]]] = True
             if (new == live).all():
                 return live
@@ -261,7 +282,7 @@ class SparseDFA:
 
     def key(self) -> tuple:
         """Canonical content (for the compile cache)."""
-        digest = hashlib.sha256(self.default.tobytes() + self.exceptions.tobytes()).hexdigest()
+        digest = hashlib.sha256(b"".join(a.tobytes() for a in (self.default, self.exceptions, self.row_of))).hexdigest()
         return ("sparse", self.n_states, self.n_values, self.start, tuple(sorted(self.accepting)), digest)
 
 
@@ -281,7 +302,7 @@ def _int_array(name: str, value: object, shape: tuple[int | None, ...]) -> np.nd
     if a.size == 0:
         a = a.astype(np.int64).reshape([0 if n is None else n for n in shape])
     if a.ndim != len(shape) or any(n is not None and n != m for n, m in zip(shape, a.shape)):
-        want = str(tuple("E" if n is None else n for n in shape)).replace("'", "")
+        want = str(tuple("rows" if n is None else n for n in shape)).replace("'", "")
         raise ValueError(f"{name} must have shape {want}, got {a.shape}")
     if a.size and not np.issubdtype(a.dtype, np.integer):
         raise TypeError(f"{name} must hold integers, got dtype {a.dtype}")
