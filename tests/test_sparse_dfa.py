@@ -54,11 +54,11 @@ def test_aho_corasick_rows_mostly_agree():
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(default=[0, 5]), r"default holds 5, outside 0..1"),
-    (dict(default=[0]), r"default must have shape \(E, 2\)"),
+    (dict(default=[0]), r"default must have shape \(rows, 2\)"),
     (dict(default=[0.0, 1.0]), r"default must hold integers"),
     (dict(exceptions=[(0, 1, 1), (0, 1, 0)]), r"\(state 0, value 1\) twice"),
     (dict(exceptions=[(2, 1, 1)]), r"exceptions\[:, 0\] \(states\) holds 2"),
-    (dict(exceptions=[(0, 1)]), r"exceptions must have shape \(E, 3\)"),
+    (dict(exceptions=[(0, 1)]), r"exceptions must have shape \(rows, 3\)"),
     (dict(row_of=[0, 1]), r"row_of holds 1, outside 0..0"),
     (dict(row_of=[0]), r"row_of must have shape \(2,\)"),
 ])
