@@ -57,7 +57,7 @@ from torch import Tensor, nn
 from .. import _validation
 from ..circuit import Circuit
 from .constraint import Constraint, ValueMap
-from .neighbours import check_sample, local_conditionals
+from .neighbours import check_log_joint_output, check_sample, local_conditionals
 from .sampling import check_count
 
 __all__ = ["Engine", "LogJointEngine", "exact_mode", "trainable_recurrence"]
@@ -212,10 +212,7 @@ class LogJointEngine(Engine):
             raise TypeError(f"log_joint(y, example) raised TypeError: {e}. A bare log_joint takes the rows y (N, n) "
                             "and their example ids (N,) (lambda y, example: ... for a model without inputs); for an "
                             "nn.RNN/GRU/LSTM step model pass rnn=, embed=, head= to pseudosl.as_engine") from e
-        if not isinstance(out, Tensor) or out.shape != (y.shape[0],):
-            raise ValueError(f"log_joint must map (N, n) sequences to (N,) log-likelihoods; got "
-                             f"{tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__} for N={y.shape[0]}")
-        return out
+        return check_log_joint_output(out, y.shape[0])
 
     def local_conditionals(self, sample: Tensor, *, chunk_size: int | None = None,
                            candidates: Tensor | None = None, positions: Tensor | None = None,
