@@ -82,6 +82,20 @@ def _check_inputs(engine: Engine, constraint: Circuit | Constraint, sample: Tens
     return circuit, sample, candidates
 
 
+def _check_conditionals(engine: Engine, cond: Tensor) -> Tensor:
+    """Name NaN conditionals (read on CPU only): a position where the model gives every candidate probability 0,
+    i.e. an anchor it cannot produce, or a model whose outputs hold NaN."""
+    if cond.numel() and _validation.reads_values(cond):
+        bad = cond.detach().isnan().any(-1)  # (B, n)
+        if bad.any():
+            b, i = (int(v) for v in bad.nonzero()[0])
+            raise ValueError(f"{type(engine).__name__}.local_conditionals is NaN at position {i} of sample {b} "
+                             f"({int(bad.sum())} such positions): the model gives every candidate there probability 0 "
+                             "(the sample cannot be produced) or its outputs hold NaN; anchor on sequences the model "
+                             "can produce (e.g. its own samples)")
+    return cond
+
+
 def _on_values(cond: Tensor, candidates: Tensor, n_values: int, positions: Tensor | None) -> Tensor:
     """Conditionals over the candidates ``(B, n, K)`` -> over the circuit's values ``(B, n, k)``: value
     ``candidates[b, i, j]`` gets ``cond[b, i, j]``, a value that is no candidate probability 0 (a position left
@@ -142,7 +156,8 @@ def pseudo_semantic_loss(engine: Engine, circuit: Circuit | Constraint, sample: 
     # with condition=True a position where ``allowed`` leaves one value contributes a factor q(a)/q(a) = 1
     # whatever its conditional: compute the conditionals only where there is a choice (e.g. a Sudoku's blanks)
     positions = allowed.sum(-1) > 1 if condition and allowed is not None else None
-    cond = engine.local_conditionals(sample, chunk_size=chunk_size, candidates=candidates, positions=positions)
+    cond = _check_conditionals(engine, engine.local_conditionals(sample, chunk_size=chunk_size, candidates=candidates,
+                                                                 positions=positions))
     if candidates is not None:
         cond = _on_values(cond, candidates, circuit.n_values, positions)
     per_example = -product_log_prob(circuit, cond, allowed, negate=negate, condition=condition)  # (B,)
