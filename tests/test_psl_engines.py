@@ -289,8 +289,8 @@ def test_causal_lm_any_padding_side_equals_the_unpadded_prompts_and_brute_force(
         torch.testing.assert_close(eng.local_conditionals(y), want, atol=1e-12, rtol=0, msg=side)
         torch.testing.assert_close(pseudo_semantic_loss(eng, circuit, y, reduction="none"), want_psl,
                                    atol=1e-12, rtol=0, msg=side)
-        torch.testing.assert_close(eng.log_joint(y, torch.arange(3)), torch.stack([t[tuple(s)] for t, s in zip(tables, y)]),
-                                   atol=1e-12, rtol=0, msg=side)
+        joint = torch.stack([t[tuple(s)] for t, s in zip(tables, y)])
+        torch.testing.assert_close(eng.log_joint(y, torch.arange(3)), joint, atol=1e-12, rtol=0, msg=side)
         steps = eng.step_log_probs(y, torch.arange(3))  # (3, n, V): row b, step t = table marginal after y_<t
         for b, t in enumerate(tables):
             torch.testing.assert_close(steps[b, 0], t.logsumexp((1, 2)), atol=1e-12, rtol=0, msg=side)

@@ -342,8 +342,8 @@ def _left_padded(prompt_ids: Tensor, attention_mask: Tensor | None) -> tuple[Ten
     if attention_mask is None:
         return prompt_ids, torch.ones_like(prompt_ids)
     if not isinstance(attention_mask, Tensor) or attention_mask.is_complex():
-        raise TypeError("attention_mask must be a bool, integer or float tensor of 0/1 (1 on real tokens), got "
-                        f"{attention_mask.dtype if isinstance(attention_mask, Tensor) else type(attention_mask).__name__}")
+        got = attention_mask.dtype if isinstance(attention_mask, Tensor) else type(attention_mask).__name__
+        raise TypeError(f"attention_mask must be a bool, integer or float tensor of 0/1 (1 on real tokens), got {got}")
     if attention_mask.shape != prompt_ids.shape:
         raise ValueError(f"attention_mask must have the prompt's shape {tuple(prompt_ids.shape)}, "
                          f"got {tuple(attention_mask.shape)}")
@@ -351,8 +351,8 @@ def _left_padded(prompt_ids: Tensor, attention_mask: Tensor | None) -> tuple[Ten
         bad = (attention_mask != 0) & (attention_mask != 1)
         if bad.any():
             r, c = (int(v) for v in bad.nonzero()[0])
-            raise ValueError(f"attention_mask must hold 0 (padding) or 1 (a real token); got {attention_mask[r, c].item()} "
-                             f"at row {r}, column {c}")
+            raise ValueError("attention_mask must hold 0 (padding) or 1 (a real token); got "
+                             f"{attention_mask[r, c].item()} at row {r}, column {c}")
         empty = (attention_mask == 0).all(-1)
         if empty.any():
             raise ValueError(f"attention_mask row {int(empty.nonzero()[0, 0])} has no real token (all 0): every prompt "

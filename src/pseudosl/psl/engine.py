@@ -88,8 +88,9 @@ class Engine(abc.ABC):
         Args:
             sample: ``(B, n)`` long anchors in the model's values; row ``b`` belongs to ``example_ids(B)[b]``.
             chunk_size: a memory bound: at most about this many neighbour rows per model call.
-            candidates: ``(n, K)`` / ``(B, n, K)`` long values per position (``K = n_values`` when ``None``);
-                the conditional is normalised over them.  Engines with a value map refuse them.
+            candidates: ``(n, K)`` / ``(B, n, K)`` long values per position (all ``n_values`` when ``None``;
+                ``1 <= K <= n_values``, no repeats, each in ``0 .. n_values-1``: refused by name before the model
+                runs); the conditional is normalised over them.  Engines with a value map refuse them.
             positions: ``(B, n)`` bool: compute only these positions; elsewhere every value gets ``fill``.
             fill: see ``positions``.
         """
