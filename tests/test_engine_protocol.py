@@ -380,6 +380,33 @@ def test_errors_name_the_argument():
         one_arg.sample(batch_size=2)
 
 
+def test_every_engine_checks_candidates_before_its_model_runs_and_agrees_with_the_generic_path():
+    """Out-of-range and too wide candidates are refused by name before any forward pass of a user GRU, a GPT-2
+    (values = tokens 0..2 of 4) or a bare log_joint; valid narrow candidates give the generic path's PSL."""
+    pytest.importorskip("transformers")
+    n, k = 3, 3
+    gru, lm = UserDecoder(k), _gpt2(k)
+    lm_engine = pseudosl.as_engine(lm, prompt_ids=torch.tensor([[k]]), n_values=k)
+    y = torch.tensor([[2, 0, 1], [1, 1, 0]])
+    circuit = pseudosl.compile_categorical(all_of(v != 1 for v in pseudosl.positions(n, k)))
+    for module, engine in ((gru, gru.engine(length=n)), (lm, lm_engine)):
+        runs = []
+        module.register_forward_pre_hook(lambda *a: runs.append(1))
+        for bad, match in ((torch.tensor([[0, 3]] * n), r"candidates must be values 0\.\.2 .*got range 0\.\.3"),
+                           (torch.tensor([[0, 1, 2, 0]] * n), r"candidates must hold 1\.\.3 values per position")):
+            with pytest.raises(ValueError, match=match):
+                pseudosl.pseudo_semantic_loss(engine, circuit, y, candidates=bad)
+            with pytest.raises(ValueError, match=match):
+                engine.local_conditionals(y, candidates=bad)
+        assert runs == [], type(engine).__name__
+        cand = torch.tensor([[[2, 0], [1, 0], [0, 2]], [[1, 2], [0, 1], [2, 1]]])
+        fast = pseudosl.pseudo_semantic_loss(engine, circuit, y, reduction="none", candidates=cand)
+        bound = engine.example_ids(len(y))  # the generic path's example of a row is its anchor's
+        generic = pseudosl.as_engine(lambda ys, e, engine=engine: engine.log_joint(ys, bound[e]), n_values=k)
+        slow = pseudosl.pseudo_semantic_loss(generic, circuit, y, reduction="none", candidates=cand)
+        torch.testing.assert_close(fast, slow, **TOL)
+
+
 def test_the_kv_cache_goes_by_the_name_the_model_takes():
     """transformers 5.2x takes ``cache=`` and returns ``.cache``; earlier versions ``past_key_values``."""
     from types import SimpleNamespace

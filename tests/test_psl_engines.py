@@ -80,6 +80,20 @@ def test_recurrent_engine_candidates_and_dropout_flag():
     assert not torch.allclose(a, b)  # stochastic in train mode when asked to keep dropout
 
 
+def test_an_anchor_the_fast_engine_cannot_produce_is_named_not_nan():
+    """A head that gives value 1 probability 0 (bias -inf): an anchor holding 1 makes every neighbour of the other
+    positions impossible; the PSL names the engine and the position instead of the circuit's "x contains NaN"."""
+    dec = _decoder("gru", context=False, steps=False)
+    with torch.no_grad():
+        dec.head.bias[1] = float("-inf")
+    circuit = circuit_from_truth(np.random.default_rng(2).random(3 ** 5) < 0.5, 5, 3)
+    fine = torch.tensor([[0, 2, 2, 0, 2]])
+    assert torch.isfinite(pseudo_semantic_loss(dec.engine(), circuit, fine))
+    with pytest.raises(ValueError, match="RecurrentEngine.local_conditionals is NaN at position 0 of sample 1 .3 such "
+                                         "positions.: the model gives every candidate there probability 0"):
+        pseudo_semantic_loss(dec.engine(), circuit, torch.tensor([[0, 2, 2, 0, 2], [2, 0, 0, 1, 2]]))
+
+
 def test_decoder_interface_shapes_and_sampling():
     dec = RecurrentDecoder(9, 81, 16, num_layers=5, cell="rnn", dropout=0.2).eval()  # no dropout randomness
     g = torch.Generator().manual_seed(0)
@@ -234,6 +248,74 @@ def test_causal_lm_left_padding(gpt2):
     padded = CausalLMEngine(gpt2, prompt, mask).local_conditionals(y)
     alone = CausalLMEngine(gpt2, prompt[:1, 1:]).local_conditionals(y[:1])
     torch.testing.assert_close(padded[:1], alone, **TOL)
+
+
+def _table_conditionals(log_table, sample):
+    """``(n, k)`` conditionals of one anchor read off a joint table ``(k,)*n`` by slicing."""
+    rows = []
+    for i in range(log_table.dim()):
+        idx = list(sample.tolist())
+        idx[i] = slice(None)
+        rows.append(log_table[tuple(idx)].log_softmax(-1))
+    return torch.stack(rows)
+
+
+def test_causal_lm_any_padding_side_equals_the_unpadded_prompts_and_brute_force(gpt2):
+    """Right (a tokenizer's default), left and mixed padding of the same prompts give the conditionals, the PSL,
+    ``log_joint``, ``step_log_probs`` and greedy samples of the unpadded prompts, which equal a brute-force table
+    of the model's own step-by-step forward passes (float64)."""
+    gpt2.eval()
+    n, V, pad = 3, 12, 10
+    real = [[4, 9, 1], [8, 5], [3]]  # prompts of 3, 2 and 1 real tokens
+    padded = {
+        "right": ([[4, 9, 1], [8, 5, pad], [3, pad, pad]], [[1, 1, 1], [1, 1, 0], [1, 0, 0]]),
+        "left": ([[4, 9, 1], [pad, 8, 5], [pad, pad, 3]], [[1, 1, 1], [0, 1, 1], [0, 0, 1]]),
+        "mixed": ([[4, 9, 1], [8, pad, 5], [pad, 3, pad]], [[True] * 3, [True, False, True], [False, True, False]]),
+    }
+    y = torch.tensor([[7, 0, 11], [2, 2, 6], [5, 11, 3]])
+    ys = torch.as_tensor(oracle.assignments(n, V))
+    tables = [_reference_log_joint(gpt2, torch.tensor([p]))(ys, torch.zeros(len(ys), dtype=torch.long)).view((V,) * n)
+              for p in real]
+    want = torch.stack([_table_conditionals(t, s) for t, s in zip(tables, y)])  # (3, n, V) brute force
+    truth = np.random.default_rng(5).random(V ** n) < 0.2
+    circuit = circuit_from_truth(truth, n, V)
+    want_psl = -oracle.log_wmc(truth, want)
+    alone = [CausalLMEngine(gpt2, torch.tensor([p])) for p in real]
+    for b, eng in enumerate(alone):
+        torch.testing.assert_close(eng.local_conditionals(y[b:b + 1])[0], want[b], atol=1e-12, rtol=0)
+    greedy = torch.cat([eng.sample(batch_size=1, length=4, greedy=True) for eng in alone])
+    for side, (ids, mask) in padded.items():
+        eng = as_engine(gpt2, prompt_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
+        torch.testing.assert_close(eng.local_conditionals(y), want, atol=1e-12, rtol=0, msg=side)
+        torch.testing.assert_close(pseudo_semantic_loss(eng, circuit, y, reduction="none"), want_psl,
+                                   atol=1e-12, rtol=0, msg=side)
+        joint = torch.stack([t[tuple(s)] for t, s in zip(tables, y)])
+        torch.testing.assert_close(eng.log_joint(y, torch.arange(3)), joint, atol=1e-12, rtol=0, msg=side)
+        steps = eng.step_log_probs(y, torch.arange(3))  # (3, n, V): row b, step t = table marginal after y_<t
+        for b, t in enumerate(tables):
+            torch.testing.assert_close(steps[b, 0], t.logsumexp((1, 2)), atol=1e-12, rtol=0, msg=side)
+            torch.testing.assert_close(steps[b, 2], t[y[b, 0], y[b, 1]].log_softmax(-1), atol=1e-12, rtol=0, msg=side)
+        assert torch.equal(eng.sample(length=4, greedy=True), greedy), side
+    # the old defect: a right-padded row scored after its padding token differs from the model's value
+    after_pad = CausalLMEngine(gpt2, torch.tensor([[8, 5, pad]])).local_conditionals(y[1:2])[0]
+    assert (after_pad - want[1]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("mask, match", [
+    ([[1, 1, 1], [1, 3, 0]], "must hold 0 .padding. or 1 .a real token.; got 3 at row 1, column 1"),
+    ([[1, 1, 1], [0.25, 1, 1]], "got 0.25 at row 1, column 0"),
+    ([[1, -1, 1], [1, 1, 1]], "got -1 at row 0, column 1"),
+    ([[1, 1, 1], [0, 0, 0]], "attention_mask row 1 has no real token"),
+    ([[1, 1, 1]], r"attention_mask must have the prompt's shape \(2, 3\), got \(1, 3\)"),
+])
+def test_causal_lm_refuses_a_bad_attention_mask_by_name(gpt2, mask, match):
+    prompt = torch.tensor([[4, 9, 1], [8, 5, 2]])
+    with pytest.raises(ValueError, match=match):
+        as_engine(gpt2, prompt_ids=prompt, attention_mask=torch.tensor(mask))
+    with pytest.raises(TypeError, match="attention_mask must be a bool, integer or float tensor of 0/1"):
+        CausalLMEngine(gpt2, prompt, torch.ones(2, 3, dtype=torch.complex64))
+    with pytest.raises(TypeError, match="got list"):
+        CausalLMEngine(gpt2, prompt, [[1, 1, 1], [1, 1, 1]])
 
 
 def test_value_map_fold_is_exact_when_other_is_small(gpt2):

@@ -68,6 +68,108 @@ def test_candidates_restrict_and_renormalise():
         local_conditionals(m.log_joint, y, candidates=torch.tensor([[0, 0]] * 3))
 
 
+def test_psl_candidates_restrict_p_tilde_to_them_vs_enumeration():
+    """PSL ``candidates`` of any width ``1..k`` in any order: ``p~`` over the candidates renormalised, probability 0
+    elsewhere (brute force: the table's conditionals with non-candidates at -inf)."""
+    n, k = 3, 4
+    m = TableModel(n, k, seed=7)
+    y = _sample(n, k, b=2, seed=4)
+    truth = oracle.truth_of(lambda a: a.count(3) >= 1, n, k)  # some y_i = 3
+    circuit = circuit_from_truth(truth, n, k)
+    full = m.oracle_conditionals(y)
+    narrow, permuted, single = [[3, 1], [0, 3], [2, 0]], [[3, 0, 2, 1]] * n, [[1], [3], [2]]
+    for cand in (torch.tensor(narrow), torch.tensor(permuted), torch.tensor(single)):
+        keep = torch.zeros(2, n, k, dtype=torch.bool).scatter(-1, cand[None].expand(2, -1, -1), True)
+        want = full.masked_fill(~keep, float("-inf")).log_softmax(-1)
+        got = pseudo_semantic_loss(m.engine(), circuit, y, reduction="none", candidates=cand)
+        torch.testing.assert_close(got, -oracle.log_wmc(truth, want), atol=ATOL64, rtol=0)
+    every = torch.tensor([[2, 0, 3, 1]] * n)  # all values in another order: the plain loss
+    torch.testing.assert_close(pseudo_semantic_loss(m.engine(), circuit, y, candidates=every),
+                               pseudo_semantic_loss(m.engine(), circuit, y), atol=ATOL64, rtol=0)
+
+
+def _counting(log_joint):
+    """``log_joint`` and the list of the row counts it was called with."""
+    calls = []
+
+    def counted(y, example):
+        calls.append(len(y))
+        return log_joint(y, example)
+    return counted, calls
+
+
+@pytest.mark.parametrize("cand, error, match", [
+    (torch.tensor([[0, 4]] * 3), ValueError, r"candidates must be values 0\.\.3 .*; got range 0\.\.4"),
+    (torch.tensor([[-2, 1]] * 3), ValueError, r"candidates must be values 0\.\.3 .*; got range -2\.\.1"),
+    (torch.tensor([[0, 1, 2, 3, 0]] * 3), ValueError, r"candidates must hold 1\.\.4 values per position .*K=5"),
+    (torch.zeros(3, 0, dtype=torch.long), ValueError, r"candidates must hold 1\.\.4 values per position .*K=0"),
+    (torch.tensor([[0, 1]] * 2), ValueError, r"candidates must have shape \(3, K\)"),
+    (torch.tensor([[0.0, 1.0]] * 3), TypeError, "candidates must be a long tensor .*got torch.float"),
+])
+def test_bad_candidates_are_refused_by_name_before_the_model_runs(cand, error, match):
+    m = TableModel(3, 4)
+    log_joint, calls = _counting(m.log_joint)
+    circuit = circuit_from_truth(np.ones(4 ** 3, dtype=bool), 3, 4)
+    with pytest.raises(error, match=match):
+        pseudo_semantic_loss(as_engine(log_joint, n_values=4), circuit, _sample(3, 4), candidates=cand)
+    with pytest.raises(error, match=match):
+        local_conditionals(log_joint, _sample(3, 4), n_values=4, candidates=cand)
+    assert calls == []
+
+
+@pytest.mark.parametrize("value, name", [(float("inf"), r"\+inf"), (float("nan"), "NaN")])
+def test_a_log_joint_returning_nan_or_plus_inf_is_named(value, name):
+    """Whether on every row or on one, NaN and +inf are named (not "x contains NaN" from the circuit)."""
+    m = TableModel(3, 3)
+    circuit = circuit_from_truth(np.ones(27, dtype=bool), 3, 3)
+    y = torch.tensor([[0, 1, 2]])
+    everywhere = as_engine(lambda ys, e: torch.full((len(ys),), value), n_values=3)
+    with pytest.raises(ValueError, match=f"log_joint returned {name} for 9 of 9 sequences .the first: row 0.; it must "
+                                         "return finite log-probabilities, or -inf for impossible sequences"):
+        pseudo_semantic_loss(everywhere, circuit, y)
+    one = as_engine(lambda ys, e: torch.where(ys[:, 1] == 2, value, m.log_joint(ys, e)), n_values=3)
+    with pytest.raises(ValueError, match=f"log_joint returned {name} for 1 of 9 sequences .the first: row 5."):
+        pseudo_semantic_loss(one, circuit, y)
+    with pytest.raises(ValueError, match=f"log_joint returned {name} for 1 of 1 sequences"):
+        one.log_prob(torch.tensor([[[0, 2, 2]]]))  # importance weights take the same check
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_a_log_joint_returning_integers_is_refused_by_name(dtype):
+    engine = as_engine(lambda ys, e: (-ys.sum(1)).to(dtype), n_values=3)
+    with pytest.raises(TypeError, match=f"log_joint returned {dtype} values; it must return floating log-probab"):
+        engine.local_conditionals(torch.tensor([[0, 1, 2]]))
+
+
+def test_minus_inf_is_legal_unless_every_candidate_of_a_position_has_it():
+    """-inf marks impossible sequences: fine for some neighbours (probability 0, brute force agrees); where every
+    neighbour of a position is impossible the conditional is 0/0, named with its position and sample."""
+    n, k = 3, 3
+    m = TableModel(n, k, seed=2)
+    lj = lambda ys, e: m.log_joint(ys, e).masked_fill(ys[:, 2] == 1, float("-inf"))  # y_2 = 1 is impossible
+    y = torch.tensor([[0, 2, 0], [1, 1, 2]])
+    table = m.table().masked_fill(torch.arange(k) == 1, float("-inf"))
+    want = torch.stack([_slices(table, s) for s in y])
+    torch.testing.assert_close(as_engine(lj, n_values=k).local_conditionals(y), want, atol=ATOL64, rtol=0)
+    assert (want[:, 2, 1] == float("-inf")).all()
+    anchored = torch.tensor([[0, 2, 0], [2, 0, 1]])  # row 1 has y_2 = 1: positions 0 and 1 see only -inf
+    with pytest.raises(ValueError, match="log_joint returned -inf for every candidate at position 0 of sample 1 "
+                                         ".2 such positions.* the sample itself has probability 0"):
+        as_engine(lj, n_values=k).local_conditionals(anchored)
+    only_last = torch.tensor([[False, False, True]] * 2)  # positions left out are not scored, so not refused
+    part = local_conditionals(lj, anchored, n_values=k, positions=only_last, fill=-7.0)
+    assert (part[:, :2] == -7.0).all() and torch.isfinite(part[1, 2, 0])
+
+
+def _slices(log_table, sample):
+    rows = []
+    for i in range(log_table.dim()):
+        idx = list(sample.tolist())
+        idx[i] = slice(None)
+        rows.append(log_table[tuple(idx)].log_softmax(-1))
+    return torch.stack(rows)
+
+
 def test_paper_figure2_by_hand():
     """Cat, Dog, Animal; sample (cat=1, dog=0, animal=1); alpha = (Cat => Animal) and (Dog => Animal)."""
     pc1 = 0.6

@@ -43,7 +43,8 @@ from torch.utils.checkpoint import checkpoint
 
 from .constraint import ValueMap
 from .engine import Engine, exact_mode
-from .neighbours import _candidates, check_positions, check_sample
+from .. import _validation
+from .neighbours import check_candidates, check_positions, check_sample
 from .sampling import check_count, sample_from_logits
 
 __all__ = ["CausalLMEngine", "head_logsumexp"]
@@ -102,7 +103,10 @@ class CausalLMEngine(Engine):
         model: a Hugging Face causal LM (``model.base_model`` + ``Linear`` ``get_output_embeddings()``).
         prompt_ids: ``(E, P)`` or ``(P,)`` long context, ``P >= 1`` (a BOS token when there is none); the engine
             is bound to these ``E`` prompts (one prompt: shared by every row).
-        attention_mask: ``(E, P)`` 0/1 mask of the prompt (left padding); positions follow ``cumsum(mask) - 1``.
+        attention_mask: ``(E, P)`` 0/1 (bool, integer or float) mask of the prompt, 1 on real tokens, padded on any
+            side (a tokenizer's right padding too): the engine moves each row's padding to its left, so the
+            sequence continues right after the last real token; positions follow ``cumsum(mask) - 1``.  Other
+            values, a row without a real token and another shape are refused by name.
         value_map: fold the vocabulary into the circuit's ``D + 1`` values; ``None``: circuit values = token ids.
         n_values: without a value map, the circuit's values are the token ids ``0 .. n_values-1`` (default: the
             whole vocabulary): the conditionals are over those tokens only, samples draw only those tokens (the
@@ -139,10 +143,7 @@ class CausalLMEngine(Engine):
         self.prompt_ids = check_sample(prompt_ids, self.vocab_size, "prompt_ids")
         if self.prompt_ids.shape[1] < 1:
             raise ValueError("prompt_ids must hold at least one token (e.g. BOS)")
-        if attention_mask is not None and attention_mask.shape != self.prompt_ids.shape:
-            raise ValueError(f"attention_mask must have the prompt's shape {tuple(self.prompt_ids.shape)}, "
-                             f"got {tuple(attention_mask.shape)}")
-        self.attention_mask = attention_mask if attention_mask is not None else torch.ones_like(self.prompt_ids)
+        self.prompt_ids, self.attention_mask = _left_padded(self.prompt_ids, attention_mask)
         self.n_examples = self.prompt_ids.shape[0]
         if value_map is not None and value_map.vocab_size != self.vocab_size:
             raise ValueError(f"value_map.vocab_size={value_map.vocab_size} differs from the model's {self.vocab_size}")
@@ -244,6 +245,7 @@ class CausalLMEngine(Engine):
         if candidates is not None and self.value_map is not None:
             raise ValueError("candidates= applies to engines without a value map (the folded values are fixed)")
         pos = check_positions(positions, b, n, sample.device)
+        given = None if self.value_map is not None else check_candidates(candidates, b, n, self.n_values, sample.device)
         self._check_length(n)
         prompt, pmask = self._prompts(self.example_ids(b, sample.device))
         P = prompt.shape[1]
@@ -255,7 +257,7 @@ class CausalLMEngine(Engine):
             hid = out.last_hidden_state  # (B, P+n, H)
             kv = [(layer.keys, layer.values) for layer in _kv_cache(out).layers]
             base = self.head(hid[:, P - 1:P + n - 1]).log_softmax(-1)  # (B, n, V): log p(. | x, y_<i)
-            cand, valid, rest = self._candidates(sample, base, candidates)  # (B, n, K), (B, n, K), (B, n)
+            cand, valid, rest = self._candidates(sample, base, given)  # (B, n, K), (B, n, K), (B, n)
             k = cand.shape[-1]
             suffix = [self._suffix(i, sample, cand[:, i], kv, ids, mask, position_ids, chunk) for i in range(n - 1)]
             suffix.append(base.new_zeros(b, k))
@@ -273,18 +275,16 @@ class CausalLMEngine(Engine):
             return result
         return torch.where(pos[..., None], result, torch.full_like(result, fill))
 
-    def _candidates(self, sample: Tensor, base: Tensor, candidates: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    def _candidates(self, sample: Tensor, base: Tensor, given: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """Candidate tokens per position, their validity and ``log p(R | x, y_<i)`` of the rest.
 
-        Without a value map: the given candidates, or the tokens ``0 .. n_values-1``.
+        Without a value map: ``given``, the checked candidates (the tokens ``0 .. n_values-1`` by default).
         Layout with a value map: ``[D distinguished | sample | top_k others | representative r of R]``.
         """
         b, n, V = base.shape
         if self.value_map is None:
-            cand = _candidates(candidates, b, n, self.n_values, sample.device)
-            if candidates is not None and cand.numel() and cand.max() >= self.n_values:
-                raise ValueError(f"candidates must be values 0..{self.n_values - 1}, got {int(cand.max())}")
-            return cand, torch.ones_like(cand, dtype=torch.bool), base.new_full((b, n), float("-inf"))
+            assert given is not None
+            return given, torch.ones_like(given, dtype=torch.bool), base.new_full((b, n), float("-inf"))
         vm = self.value_map
         tokens = vm.on(sample.device)[0]
         dist = tokens.expand(b, n, -1)
@@ -334,6 +334,32 @@ class CausalLMEngine(Engine):
 def _suffix_of_last(scores: Tensor, base: Tensor, cand: Tensor) -> Tensor:
     """Suffix log-likelihood of the representative (last) candidate: its score minus its own prior."""
     return scores[..., -1] - base.gather(-1, cand[..., -1:]).squeeze(-1)
+
+
+def _left_padded(prompt_ids: Tensor, attention_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The prompts and their long 0/1 mask with each row's padding moved to its left (real tokens keep their order):
+    right, mixed and left padding all become left padding, so a continuation follows the last real token."""
+    if attention_mask is None:
+        return prompt_ids, torch.ones_like(prompt_ids)
+    if not isinstance(attention_mask, Tensor) or attention_mask.is_complex():
+        got = attention_mask.dtype if isinstance(attention_mask, Tensor) else type(attention_mask).__name__
+        raise TypeError(f"attention_mask must be a bool, integer or float tensor of 0/1 (1 on real tokens), got {got}")
+    if attention_mask.shape != prompt_ids.shape:
+        raise ValueError(f"attention_mask must have the prompt's shape {tuple(prompt_ids.shape)}, "
+                         f"got {tuple(attention_mask.shape)}")
+    if attention_mask.numel() and _validation.reads_values(attention_mask):
+        bad = (attention_mask != 0) & (attention_mask != 1)
+        if bad.any():
+            r, c = (int(v) for v in bad.nonzero()[0])
+            raise ValueError("attention_mask must hold 0 (padding) or 1 (a real token); got "
+                             f"{attention_mask[r, c].item()} at row {r}, column {c}")
+        empty = (attention_mask == 0).all(-1)
+        if empty.any():
+            raise ValueError(f"attention_mask row {int(empty.nonzero()[0, 0])} has no real token (all 0): every prompt "
+                             "needs at least one (e.g. BOS)")
+    mask = attention_mask.to(device=prompt_ids.device, dtype=torch.long)
+    order = mask.argsort(dim=-1, stable=True)  # padding (0) first, the real tokens (1) after it in their order
+    return prompt_ids.gather(-1, order), mask.gather(-1, order)
 
 
 def _positions(mask: Tensor) -> Tensor:

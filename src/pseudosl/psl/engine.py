@@ -57,7 +57,7 @@ from torch import Tensor, nn
 from .. import _validation
 from ..circuit import Circuit
 from .constraint import Constraint, ValueMap
-from .neighbours import check_sample, local_conditionals
+from .neighbours import check_log_joint_output, check_sample, local_conditionals
 from .sampling import check_count
 
 __all__ = ["Engine", "LogJointEngine", "exact_mode", "trainable_recurrence"]
@@ -88,8 +88,9 @@ class Engine(abc.ABC):
         Args:
             sample: ``(B, n)`` long anchors in the model's values; row ``b`` belongs to ``example_ids(B)[b]``.
             chunk_size: a memory bound: at most about this many neighbour rows per model call.
-            candidates: ``(n, K)`` / ``(B, n, K)`` long values per position (``K = n_values`` when ``None``);
-                the conditional is normalised over them.  Engines with a value map refuse them.
+            candidates: ``(n, K)`` / ``(B, n, K)`` long values per position (all ``n_values`` when ``None``;
+                ``1 <= K <= n_values``, no repeats, each in ``0 .. n_values-1``: refused by name before the model
+                runs); the conditional is normalised over them.  Engines with a value map refuse them.
             positions: ``(B, n)`` bool: compute only these positions; elsewhere every value gets ``fill``.
             fill: see ``positions``.
         """
@@ -212,10 +213,7 @@ class LogJointEngine(Engine):
             raise TypeError(f"log_joint(y, example) raised TypeError: {e}. A bare log_joint takes the rows y (N, n) "
                             "and their example ids (N,) (lambda y, example: ... for a model without inputs); for an "
                             "nn.RNN/GRU/LSTM step model pass rnn=, embed=, head= to pseudosl.as_engine") from e
-        if not isinstance(out, Tensor) or out.shape != (y.shape[0],):
-            raise ValueError(f"log_joint must map (N, n) sequences to (N,) log-likelihoods; got "
-                             f"{tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__} for N={y.shape[0]}")
-        return out
+        return check_log_joint_output(out, y.shape[0])
 
     def local_conditionals(self, sample: Tensor, *, chunk_size: int | None = None,
                            candidates: Tensor | None = None, positions: Tensor | None = None,

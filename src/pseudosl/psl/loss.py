@@ -31,7 +31,7 @@ from ..circuit import Circuit
 from ..losses import Reduction, constraint_log_prob, product_log_prob, reduce_loss
 from .constraint import Constraint, sample_satisfies
 from .engine import Engine, engine_circuit
-from .neighbours import check_sample
+from .neighbours import check_candidates, check_sample
 
 __all__ = ["pseudo_semantic_loss", "PSLDiagnostics"]
 
@@ -55,8 +55,8 @@ class PSLDiagnostics:
     conditionals: Tensor
 
 
-def _check_inputs(engine: Engine, constraint: Circuit | Constraint, sample: Tensor,
-                  unexpected: dict[str, Any]) -> tuple[Circuit, Tensor]:
+def _check_inputs(engine: Engine, constraint: Circuit | Constraint, sample: Tensor, candidates: Tensor | None,
+                  unexpected: dict[str, Any]) -> tuple[Circuit, Tensor, Tensor | None]:
     """Name a mismatch between the engine, the constraint and the sample before the model runs."""
     if unexpected:
         names = ", ".join(f"{k}={v!r}" for k, v in unexpected.items())
@@ -75,7 +75,33 @@ def _check_inputs(engine: Engine, constraint: Circuit | Constraint, sample: Tens
     if engine.value_map is None and sample.numel() and _validation.reads_values(sample) and sample.max() >= circuit.n_values:
         raise ValueError(f"sample values must lie in 0..{circuit.n_values - 1} (the circuit's values); "
                          f"got a {int(sample.max())}")
-    return circuit, sample
+    if candidates is not None:
+        if engine.value_map is not None:
+            raise ValueError("candidates= applies to engines without a value map (the folded values are fixed)")
+        candidates = check_candidates(candidates, sample.shape[0], circuit.n_vars, circuit.n_values, sample.device)
+    return circuit, sample, candidates
+
+
+def _check_conditionals(engine: Engine, cond: Tensor) -> Tensor:
+    """Name NaN conditionals (read on CPU only): a position where the model gives every candidate probability 0,
+    i.e. an anchor it cannot produce, or a model whose outputs hold NaN."""
+    if cond.numel() and _validation.reads_values(cond):
+        bad = cond.detach().isnan().any(-1)  # (B, n)
+        if bad.any():
+            b, i = (int(v) for v in bad.nonzero()[0])
+            raise ValueError(f"{type(engine).__name__}.local_conditionals is NaN at position {i} of sample {b} "
+                             f"({int(bad.sum())} such positions): the model gives every candidate there probability 0 "
+                             "(the sample cannot be produced) or its outputs hold NaN; anchor on sequences the model "
+                             "can produce (e.g. its own samples)")
+    return cond
+
+
+def _on_values(cond: Tensor, candidates: Tensor, n_values: int, positions: Tensor | None) -> Tensor:
+    """Conditionals over the candidates ``(B, n, K)`` -> over the circuit's values ``(B, n, k)``: value
+    ``candidates[b, i, j]`` gets ``cond[b, i, j]``, a value that is no candidate probability 0 (a position left
+    out of ``positions`` weight 1 for every value, as the engine's ``fill``)."""
+    out = cond.new_full((*cond.shape[:2], n_values), float("-inf")).scatter(-1, candidates, cond)
+    return out if positions is None else torch.where(positions[..., None], out, torch.zeros_like(out))
 
 
 def pseudo_semantic_loss(engine: Engine, circuit: Circuit | Constraint, sample: Tensor, reduction: Reduction = "mean", *,
@@ -104,7 +130,9 @@ def pseudo_semantic_loss(engine: Engine, circuit: Circuit | Constraint, sample: 
             so only the others' conditionals are computed (for a Sudoku with 10 blanks, 10 of 81 positions:
             ~8x less work with a recurrent engine), with the same value and gradients.
         chunk_size: the engine's memory bound (neighbour rows per model call).
-        candidates: ``(n, K)`` / ``(B, n, K)`` values per position the conditionals are normalised over.
+        candidates: ``(n, K)`` / ``(B, n, K)`` long values per position (``1 <= K <= k``, no repeats, each in
+            ``0 .. k-1``; refused by name before the model runs): the conditionals are normalised over them and
+            every other value gets probability 0 in ``p~_y``.  Engines with a value map refuse them.
 
     Example:
         >>> import torch, pseudosl
@@ -116,7 +144,7 @@ def pseudo_semantic_loss(engine: Engine, circuit: Circuit | Constraint, sample: 
         >>> loss = pseudosl.pseudo_semantic_loss(pseudosl.as_engine(dec), circuit, y)
         >>> loss.backward()
     """
-    circuit, sample = _check_inputs(engine, circuit, sample, unexpected)
+    circuit, sample, candidates = _check_inputs(engine, circuit, sample, candidates, unexpected)
     if sample.shape[0] == 0:  # an empty batch: nothing to score, the model is not called
         per_example = torch.zeros(0, device=sample.device, requires_grad=torch.is_grad_enabled())
         loss = reduce_loss(per_example, reduction)
@@ -128,7 +156,10 @@ def pseudo_semantic_loss(engine: Engine, circuit: Circuit | Constraint, sample: 
     # with condition=True a position where ``allowed`` leaves one value contributes a factor q(a)/q(a) = 1
     # whatever its conditional: compute the conditionals only where there is a choice (e.g. a Sudoku's blanks)
     positions = allowed.sum(-1) > 1 if condition and allowed is not None else None
-    cond = engine.local_conditionals(sample, chunk_size=chunk_size, candidates=candidates, positions=positions)
+    cond = _check_conditionals(engine, engine.local_conditionals(sample, chunk_size=chunk_size, candidates=candidates,
+                                                                 positions=positions))
+    if candidates is not None:
+        cond = _on_values(cond, candidates, circuit.n_values, positions)
     per_example = -product_log_prob(circuit, cond, allowed, negate=negate, condition=condition)  # (B,)
     loss = reduce_loss(per_example, reduction)
     if not return_diagnostics:

@@ -28,7 +28,8 @@ from torch.utils.checkpoint import checkpoint
 
 from .. import _validation
 
-__all__ = ["local_conditionals", "neighbours", "check_sample", "check_positions", "LogJoint"]
+__all__ = ["local_conditionals", "neighbours", "check_sample", "check_positions", "check_candidates",
+           "check_log_joint_output", "LogJoint"]
 
 LogJoint = Callable[[Tensor, Tensor], Tensor]  # (y (N, n), example (N,)) -> (N,)
 
@@ -49,23 +50,55 @@ def check_sample(sample: Tensor, n_values: int | None = None, name: str = "sampl
     return sample.detach()
 
 
-def _candidates(candidates: Tensor | None, batch: int, n: int, n_values: int | None,
-                device: torch.device) -> Tensor:
-    """``(B, n, K)`` long candidate values per position (all ``n_values`` values when ``None``)."""
+def check_candidates(candidates: Tensor | None, batch: int, n: int, n_values: int | None,
+                     device: torch.device) -> Tensor:
+    """``(B, n, K)`` long candidate values per position (all ``n_values`` values when ``None``), refused by name
+    (shape, width, repeats, values outside ``0 .. n_values-1``) before any model runs."""
     if candidates is None:
         if n_values is None:
             raise ValueError("local_conditionals needs the number of values: pass n_values=k (or candidates=...)")
         return torch.arange(n_values, device=device).expand(batch, n, n_values)
     if not isinstance(candidates, Tensor) or candidates.dtype != torch.long:
-        raise TypeError("candidates must be a long tensor of shape (n, K) or (B, n, K)")
+        raise TypeError("candidates must be a long tensor of shape (n, K) or (B, n, K), got "
+                        f"{candidates.dtype if isinstance(candidates, Tensor) else type(candidates).__name__}")
     if candidates.dim() == 2:
         candidates = candidates.unsqueeze(0).expand(batch, -1, -1)
     if candidates.dim() != 3 or candidates.shape[:2] != (batch, n):
         raise ValueError(f"candidates must have shape ({n}, K) or ({batch}, {n}, K); got {tuple(candidates.shape)}")
-    s = candidates.sort(-1).values
-    if (s[..., 1:] == s[..., :-1]).any():
-        raise ValueError("candidates must not repeat a value within a position (it would be counted twice)")
+    k = candidates.shape[-1]
+    if k < 1 or (n_values is not None and k > n_values):
+        most = f"..{n_values}" if n_values is not None else ""
+        raise ValueError(f"candidates must hold 1{most} values per position (the conditional is normalised over "
+                         f"them); got K={k} (shape {tuple(candidates.shape)})")
+    if candidates.numel() and _validation.reads_values(candidates):
+        low, high = int(candidates.min()), int(candidates.max())
+        if low < 0 or (n_values is not None and high >= n_values):
+            allowed = f"0..{n_values - 1}" if n_values is not None else ">= 0"
+            raise ValueError(f"candidates must be values {allowed} (the model's values per position); got "
+                             f"range {low}..{high}")
+        s = candidates.sort(-1).values
+        if (s[..., 1:] == s[..., :-1]).any():
+            raise ValueError("candidates must not repeat a value within a position (it would be counted twice)")
     return candidates.to(device)
+
+
+def check_log_joint_output(out: object, rows: int) -> Tensor:
+    """A ``log_joint``'s ``(rows,)`` output, refused by name unless floating log-probabilities: ``-inf`` (a sequence
+    of probability 0) is legal, NaN and ``+inf`` are not (their values are read on CPU only, as every value check)."""
+    if not isinstance(out, Tensor) or out.shape != (rows,):
+        raise ValueError(f"log_joint must map (N, n) sequences to (N,) log-likelihoods; "
+                         f"got {tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__} for N={rows}")
+    if not out.is_floating_point():
+        raise TypeError(f"log_joint returned {out.dtype} values; it must return floating log-probabilities "
+                        "(e.g. .double() of its result), -inf for impossible sequences")
+    if out.numel() and _validation.reads_values(out):
+        bad = out.detach()
+        for name, hit in (("NaN", bad.isnan()), ("+inf", bad == float("inf"))):
+            if hit.any():
+                raise ValueError(f"log_joint returned {name} for {int(hit.sum())} of {rows} sequences (the first: row "
+                                 f"{int(hit.nonzero()[0, 0])}); it must return finite log-probabilities, or -inf for "
+                                 "impossible sequences")
+    return out
 
 
 def neighbours(sample: Tensor, candidates: Tensor) -> Tensor:
@@ -112,7 +145,7 @@ def local_conditionals(log_joint: LogJoint, sample: Tensor, *, n_values: int | N
     """
     sample = check_sample(sample, n_values if candidates is None else None)
     batch, n = sample.shape
-    cand = _candidates(candidates, batch, n, n_values, sample.device)
+    cand = check_candidates(candidates, batch, n, n_values, sample.device)
     k = cand.shape[-1]
     pos = check_positions(positions, batch, n, sample.device)
     if chunk_size is not None and (not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1):
@@ -132,17 +165,29 @@ def local_conditionals(log_joint: LogJoint, sample: Tensor, *, n_values: int | N
             out = checkpoint(log_joint, chunk, ids, use_reentrant=False)
         else:
             out = log_joint(chunk, ids)
-        if not isinstance(out, Tensor) or out.shape != (chunk.shape[0],):
-            raise ValueError(f"log_joint must map (N, n) sequences to (N,) log-likelihoods; "
-                             f"got {tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__} "
-                             f"for N={chunk.shape[0]}")
-        outs.append(out)
+        outs.append(check_log_joint_output(out, chunk.shape[0]))
     scores = torch.cat(outs) if outs else torch.zeros(0, device=sample.device)
     if pos is None:
-        return scores.view(batch, n, k).log_softmax(-1)
+        return _check_possible(scores.view(batch, n, k), None).log_softmax(-1)
     full = torch.full((batch, n, k), fill, dtype=scores.dtype, device=scores.device)
-    full = full.masked_scatter(pos[..., None].expand(batch, n, k), scores)
+    full = _check_possible(full.masked_scatter(pos[..., None].expand(batch, n, k), scores), pos)
     return torch.where(pos[..., None], full.log_softmax(-1), full)
+
+
+def _check_possible(scores: Tensor, pos: Tensor | None) -> Tensor:
+    """Refuse a computed position where ``log_joint`` gave every candidate ``-inf``: its conditional is 0/0 (the
+    sample, a neighbour of itself, has probability 0 when its own value is a candidate).  Read on CPU only."""
+    if scores.numel() and _validation.reads_values(scores):
+        dead = (scores.detach() == float("-inf")).all(-1)  # (B, n)
+        if pos is not None:
+            dead &= pos
+        if dead.any():
+            b, i = (int(v) for v in dead.nonzero()[0])
+            raise ValueError(f"log_joint returned -inf for every candidate at position {i} of sample {b} "
+                             f"({int(dead.sum())} such positions), so its conditional there is 0/0 (with every value a "
+                             "candidate: the sample itself has probability 0 under the model); anchor on sequences the "
+                             "model can produce (e.g. its own samples), or return finite log-probabilities")
+    return scores
 
 
 def check_positions(positions: Tensor | None, b: int, n: int, device: torch.device) -> Tensor | None:

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .engine import Engine, exact_mode
-from .neighbours import _candidates, check_positions, check_sample
+from .neighbours import check_candidates, check_positions, check_sample
 from .sampling import check_count, sample_from_logits
 
 __all__ = ["RecurrentSteps", "EmbeddingSteps", "RecurrentEngine", "State"]
@@ -227,7 +227,7 @@ class RecurrentEngine(Engine):
         sample = check_sample(sample, self.n_values)
         b, n = sample.shape
         example = self.example_ids(b, sample.device)
-        cand = _candidates(candidates, b, n, self.n_values, sample.device)  # (B, n, K)
+        cand = check_candidates(candidates, b, n, self.n_values, sample.device)  # (B, n, K)
         k = cand.shape[-1]
         pos = check_positions(positions, b, n, sample.device)
         with exact_mode(self.module, self.dropout):
