@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import operator
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -63,9 +62,10 @@ class DFA:
         if start >= n_states:
             raise ValueError(f"start state {start} is out of range 0..{n_states - 1}")
         try:
-            accepting = frozenset(operator.index(s) for s in self.accepting)
+            states = list(self.accepting)
         except TypeError:
             raise TypeError(f"accepting must be an iterable of int states, got {self.accepting!r}") from None
+        accepting = frozenset(check_int("an accepting state", s) for s in states)
         bad = sorted(s for s in accepting if not 0 <= s < n_states)
         if bad:
             raise ValueError(f"accepting state {bad[0]} is out of range 0..{n_states - 1}")
@@ -122,7 +122,7 @@ class DFA:
             dead = n_states
             delta = np.vstack([np.where(delta < 0, dead, delta), np.full((1, n_values), dead)])
             n_states += 1
-        return cls(n_states, n_values, start, frozenset(accepting), delta)
+        return cls(n_states, n_values, start, accepting, delta)  # type: ignore[arg-type]  (made a frozenset)
 
     def run(self, word: Sequence[int]) -> int:
         """The state reached after reading ``word`` from ``start``."""
@@ -148,7 +148,7 @@ def automaton_node(b: CircuitBuilder, dfa: DFA, positions: Sequence[int] | None 
     """
     if b.n_values != dfa.n_values:
         raise ValueError(f"the builder has n_values={b.n_values} but the DFA reads {dfa.n_values} values")
-    positions = list(range(b.n_vars)) if positions is None else [int(p) for p in positions]
+    positions = list(range(b.n_vars)) if positions is None else [check_int("a position", p, 0) for p in positions]
     if len(set(positions)) != len(positions):
         raise ValueError(f"positions must be distinct, got {positions}")
     groups = _groups(dfa)

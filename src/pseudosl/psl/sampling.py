@@ -20,9 +20,9 @@ from .. import _validation
 from ..logic.errors import check_int
 
 
-def check_count(name: str, value: object, low: int = 0) -> int:
+def check_count(name: str, value: object, low: int = 0, fix: str = "") -> int:
     """``value`` as an int ``>= low``: :func:`~pseudosl.logic.errors.check_int` with a default bound of 0."""
-    return check_int(name, value, low)
+    return check_int(name, value, low, fix)
 
 __all__ = ["sample_autoregressive", "sample_from_logits", "check_count"]
 
