@@ -1,13 +1,16 @@
-"""Shared test checks: a compiled circuit against the brute-force oracle (float64); no host synchronisation on CUDA."""
+"""Shared test checks: a compiled circuit against the brute-force oracle (float64); no host synchronisation on CUDA;
+lenient spellings of numbers and values that are not ints, for the strict int checks."""
 
 from __future__ import annotations
 
 import math
+import unicodedata
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from hypothesis import strategies as st
 
 import oracle
 from conftest import ATOL64
@@ -18,6 +21,39 @@ def random_log_weights(seed: int, batch: int, n: int, k: int, normalised: bool) 
     g = torch.Generator().manual_seed(seed)
     x = 2.0 * torch.randn(batch, n, k, generator=g, dtype=torch.float64)
     return x.log_softmax(-1) if normalised else x
+
+
+@st.composite
+def lenient_spellings(draw, n: int, signs: bool = False) -> str:
+    """A token Python's ``int()`` reads as ``n`` (or ``-n``) that a strict parser must refuse: ``_`` between
+    digits, a leading ``+``, or non-ASCII decimal digits (any script); with ``signs``, also ``-`` before ``n >= 0``
+    (for fields without negatives).  Asserts that ``int()`` does take it, so the test targets the leniency."""
+    digits = str(n)
+    kind = draw(st.sampled_from(["underscore", "plus", "unicode"] + (["minus"] if signs else [])))
+    if kind == "underscore":
+        at = draw(st.integers(1, len(digits) - 1)) if len(digits) > 1 else 0
+        token = digits[:at] + "_" + digits[at:] if at else "0_" + digits
+    elif kind == "plus":
+        token = "+" + digits
+    elif kind == "minus":
+        token = "-" + digits
+    else:
+        digit = draw(st.characters(categories=("Nd",)).filter(lambda c: not c.isascii()))
+        zero = ord(digit) - unicodedata.decimal(digit)
+        swap = draw(st.lists(st.booleans(), min_size=len(digits), max_size=len(digits)).filter(any))
+        token = "".join(chr(zero + int(d)) if s else d for d, s in zip(digits, swap))
+    assert int(token) == (-n if kind == "minus" else n)
+    return token
+
+
+NOT_INTS = st.one_of(
+    st.floats(), st.floats().map(np.float64), st.floats(width=32).map(np.float32), st.booleans(),
+    st.sampled_from([np.True_, np.False_, 1j, "1", "", b"1"]), st.integers(-3, 3).map(str),
+    st.floats(-3, 3).map(torch.tensor), st.booleans().map(torch.tensor),
+    st.integers(0, 3).map(lambda i: np.array([i])), st.integers(0, 3).map(lambda i: torch.tensor([i])),
+    st.integers(0, 3).map(lambda i: np.array(float(i))))
+"""Values an int argument must refuse (floats, whole ones included; bools; strings; arrays of one element);
+not None, which the limits (``max_nodes=None``) take."""
 
 
 def _as_columns(out: torch.Tensor) -> torch.Tensor:

@@ -116,6 +116,42 @@ def test_errors_are_named():
                                      max_nodes=2000, cache=False)
 
 
+@st.composite
+def contradictions(draw):
+    """``(n, k, formula)``: a formula that simplifies to FALSE when written, in one of several ways."""
+    n, k = draw(st.integers(1, 4)), draw(st.integers(2, 4))
+    y = positions(n, k)
+    i, j, c = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1)), draw(st.integers(0, k - 1))
+    some = draw(st.sets(st.integers(0, k - 1), min_size=1, max_size=k - 1))
+    return n, k, draw(st.sampled_from([
+        (y[i] == c) & (y[i] != c), y[i].isin(set()), y[i].isin(some) & ~y[i].isin(some), ~(y[i] == y[i]),
+        all_of([y[j] != y[i], (y[i] == c) & (y[i] == (c + 1) % k)]), any_of([]), (y[i] == c).iff(y[i] != c)]))
+
+
+@given(contradictions(), st.booleans(), st.integers(0, 2**31 - 1))
+def test_a_formula_that_simplifies_to_false_is_unsatisfiable(contradiction, in_a_list, seed):
+    """It was "pass n_positions" (FALSE mentions no position): now UnsatisfiableError naming the formula, or with
+    allow_unsat (and the sizes) the FALSE circuit, log_prob -inf as the brute force says."""
+    n, k, false = contradiction
+    y = positions(n, k)
+    formulas = [y[n - 1] != 0, false] if in_a_list else false
+    which = r" \(formula 1\)" if in_a_list else ""
+    for sizes in ({}, {"n_positions": n, "n_values": k}):
+        with pytest.raises(pseudosl.logic.errors.UnsatisfiableError,
+                           match=rf"the categorical formula{which} is unsatisfiable: it simplifies to FALSE"):
+            pseudosl.compile_categorical(formulas, **sizes, cache=False)
+    circuit = pseudosl.compile_categorical(formulas, n, n_values=k, allow_unsat=True, cache=False)
+    assert circuit.dag.is_false(circuit.n_roots - 1)
+    x = torch.randn(2, n, k, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    truth = oracle.truth_of(false.evaluate, n, k)
+    assert not truth.any()
+    torch.testing.assert_close(circuit.log_prob(x)[..., -1] if in_a_list else circuit.log_prob(x),
+                               oracle.log_wmc(truth, x))
+    if not in_a_list:
+        with pytest.raises(ValueError, match="simplify to TRUE or FALSE and mention no position; pass n_positions"):
+            pseudosl.compile_categorical(false, allow_unsat=True, cache=False)
+
+
 def test_one_constraint_three_ways():
     """"No two adjacent positions equal", written as a formula, with the builder and as an automaton: one circuit
     function (the same probability under any weights)."""

@@ -12,12 +12,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oracle
-from checks import random_log_weights
+from checks import NOT_INTS, random_log_weights
 from conftest import ATOL64
 from pseudosl import Circuit, CircuitBuilder
 from pseudosl.logic import CircuitError, Dag
+from pseudosl.logic.automaton import DFA, automaton_node
+from pseudosl.logic.cnf import normalize_clauses
 from pseudosl.logic.dag import FALSE
-from pseudosl.logic.errors import CircuitFormatError, SizeLimitError
+from pseudosl.logic.formula import variables
+from pseudosl.psl import RecurrentDecoder
+from pseudosl.psl.constraint import ValueMap
+from pseudosl.logic.errors import CircuitFormatError, SizeLimitError, check_int
+from pseudosl.psl.sampling import check_count
 
 N, K = 3, 3
 
@@ -86,6 +92,81 @@ def test_unprovable_or_above_the_check_limit_is_refused():
 def test_builder_arguments(args, err, match):
     with pytest.raises(err, match=match):
         CircuitBuilder(*args)
+
+
+# every int argument goes through check_int: a float is refused, never truncated
+_INT_ARGUMENTS = {
+    "literal var": (lambda b, x: b.literal(x, 1), "var"),
+    "literal value": (lambda b, x: b.literal(0, x), "the value of variable 0"),
+    "in_set var": (lambda b, x: b.in_set(x, [0, 1]), "var"),
+    "in_set values": (lambda b, x: b.in_set(1, [0, x]), "the value of variable 1"),
+    "and_ child": (lambda b, x: b.and_(b.literal(0, 1), x), "a node id"),
+    "or_ child": (lambda b, x: b.or_(x), "a node id"),
+    "build root": (lambda b, x: b.build([x]), "a node id"),
+    "n_vars": (lambda b, x: CircuitBuilder(x, 3), "n_vars"),
+    "n_values": (lambda b, x: CircuitBuilder(2, x), "n_values"),
+    "max_nodes": (lambda b, x: CircuitBuilder(2, 3, max_nodes=x), "max_nodes"),
+    "max_vars": (lambda b, x: CircuitBuilder(2, 3, max_vars=x), "max_vars"),
+    "max_check_assignments": (lambda b, x: CircuitBuilder(2, 3, max_check_assignments=x), "max_check_assignments"),
+}
+
+
+@given(st.sampled_from(sorted(_INT_ARGUMENTS)), NOT_INTS)
+def test_every_int_argument_of_the_builder_refuses_non_ints(argument, bad):
+    """``b.literal(0, 1.7)`` was value 1 and ``b.in_set(0, [0.9, 2.2])`` {0, 2}: now a TypeError naming the
+    argument, the value and the fix, for every int argument and every kind of non-int (whole floats too)."""
+    call, name = _INT_ARGUMENTS[argument]
+    b = CircuitBuilder(2, 3)
+    with pytest.raises(TypeError) as error:
+        call(b, bad)
+    message = str(error.value)
+    assert message.startswith(f"{name} must be an int, got ") and repr(bad) in message and "pass " in message
+
+
+@given(st.integers(0, 1), st.integers(0, 2), st.sampled_from([np.int8, np.int64, np.uint16, np.array, torch.tensor]))
+def test_integer_scalars_of_numpy_and_torch_are_ints(var, value, make):
+    b = CircuitBuilder(2, 3)
+    node = b.literal(var, value)
+    assert b.literal(make(var), make(value)) == node
+    assert b.in_set(make(var), [make(value)]) == node == b.or_(make(node)) == b.and_(make(node))
+    assert b.in_set(var, np.array([value, value])) == node  # an array's elements are numpy ints
+    assert CircuitBuilder(make(2), make(3)).n_values == 3
+
+
+_PARITY = [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 0)]
+_FRONT_END_INTS = {  # other call sites that took int() or operator.index: now check_int, so they refuse alike
+    "automaton_node position": (lambda x: automaton_node(CircuitBuilder(3, 2), DFA.from_transitions(2, 2, 0, {0}, _PARITY),
+                                                         [0, x]), "a position"),
+    "DFA accepting state": (lambda x: DFA.from_transitions(2, 2, 0, [x], _PARITY), "an accepting state"),
+    "variables n": (lambda x: variables(x), "n"),
+    "clause literal": (lambda x: normalize_clauses([[1, x]]), "clause 0 literal"),
+    "clause n_vars": (lambda x: normalize_clauses([[1]], x), "n_vars"),
+    "ValueMap token": (lambda x: ValueMap([3, x], vocab_size=10), "a token"),
+    "RecurrentDecoder length": (lambda x: RecurrentDecoder(n_values=3, length=x, hidden_size=4), "length"),
+}
+
+
+@given(st.sampled_from(sorted(_FRONT_END_INTS)), NOT_INTS)
+def test_other_int_arguments_refuse_non_ints(argument, bad):
+    call, name = _FRONT_END_INTS[argument]
+    with pytest.raises(TypeError, match=f"^{name} must be an"):
+        call(bad)
+
+
+@given(st.one_of(st.integers(), NOT_INTS), st.integers(-3, 3))
+def test_check_int_is_the_one_strict_check(value, low):
+    """``check_int`` and what delegates to it (``check_count``) agree on every value: ints ``>= low`` pass
+    unchanged, smaller ints are a ValueError, everything else a TypeError."""
+    for check in (lambda v: check_int("x", v, low), lambda v: check_count("x", v, low)):
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value >= low:
+                assert check(value) == value and type(check(value)) is int
+            else:
+                with pytest.raises(ValueError, match=f"x must be >= {low}, got {value}"):
+                    check(value)
+        else:
+            with pytest.raises(TypeError, match="x must be an int, got "):
+                check(value)
 
 
 def test_builder_node_limit():

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oracle
-from checks import assert_boolean_matches_oracle, assert_matches_oracle, random_log_weights
+from checks import assert_boolean_matches_oracle, assert_matches_oracle, lenient_spellings, random_log_weights
 from pseudosl import compile_cnf
 from pseudosl.cache import cache_dir, cached_circuit
 from pseudosl.logic.cnf import parse_dimacs
@@ -107,12 +111,61 @@ def test_parse_dimacs_text_and_file(tmp_path):
     ("p cnf 2 3\n1 0\n2 0\n", r"declares 3 clauses but the file has 2; truncated"),
     ("p cnf 2 1\n1 0\n2 0\n", r"declares 1 clauses but the file has 2"),
     ("p cnf 2 1\n1 3 0\n", r"<text>:2: literal 3 is out of range"),
-    ("p cnf 2 1\n1 x 0\n", r"<text>:2: 'x' is not an integer"),
+    ("p cnf 2 1\n1 x 0\n", r"<text>:2: literal: expected an integer, got 'x'"),
     ("p cnf 2 1\n1 2\n", r"<text>:2: the last clause \[1, 2\] is not terminated by 0"),
 ])
 def test_dimacs_errors(text, match):
     with pytest.raises(DimacsFormatError, match=match):
         parse_dimacs(text)
+
+
+def _dimacs(n: int, clauses: list[list[int]]) -> str:
+    return f"p cnf {n} {len(clauses)}\n" + "".join(" ".join(map(str, c + [0])) + "\n" for c in clauses)
+
+
+@given(cnfs(), st.data())
+def test_dimacs_numbers_are_read_strictly(cnf, data):
+    """``1_0``, ``+3`` or a non-ASCII digit anywhere (header or literal) is an error naming the line and the token,
+    never the number Python's ``int()`` would read; a ``-`` is a number only on a literal."""
+    n, clauses = cnf
+    lines = _dimacs(n, clauses).splitlines()
+    assert parse_dimacs("\n".join(lines) + "\n") == (n, clauses)  # the control: the file as written parses
+    line = data.draw(st.integers(0, len(lines) - 1), label="line")
+    fields = lines[line].split()
+    at = data.draw(st.integers(2, 3) if line == 0 else st.integers(0, len(fields) - 1), label="field")
+    value = int(fields[at])
+    token = data.draw(lenient_spellings(abs(value), signs=line == 0), label="token")
+    fields[at] = "-" + token if value < 0 else token
+    lines[line] = " ".join(fields)
+    with pytest.raises(DimacsFormatError, match=rf"^<text>:{line + 1}: .*expected an? (non-negative )?integer, "
+                                                rf"got {re.escape(repr(fields[at]))}"):
+        parse_dimacs("\n".join(lines) + "\n")
+
+
+def test_strict_number_error_names_the_file(tmp_path):
+    path = tmp_path / "f.cnf"
+    for text, token in [("p cnf 1_0 1\n1 0\n", "'1_0'"), ("p cnf 3 1\n\uff13 0\n", "'\uff13'"),
+                        ("p cnf 3 1\n-\u0663 0\n", "'-\u0663'"), ("p cnf +2 1\n1 0\n", "'+2'")]:
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(DimacsFormatError, match=re.escape(f"{path}:") + r"\d: .*got " + re.escape(token)):
+            compile_cnf(path, cache=False)
+
+
+@given(cnfs())
+def test_a_byte_order_mark_at_the_start_is_skipped(cnf):
+    """Windows editors start UTF-8 files with U+FEFF: the file parses as without it (text, and file on disk);
+    anywhere else it is a token that is not a number."""
+    n, clauses = cnf
+    text = _dimacs(n, clauses)
+    assert parse_dimacs("\ufeff" + text) == (n, clauses)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bom.cnf"
+        path.write_text(text, encoding="utf-8-sig")
+        assert path.read_bytes()[:3] == b"\xef\xbb\xbf"
+        assert parse_dimacs(path) == parse_dimacs(str(path)) == (n, clauses)
+    if clauses and clauses[0]:
+        with pytest.raises(DimacsFormatError, match=r"<text>:2: literal: expected an integer, got '\\ufeff"):
+            parse_dimacs(text.replace("\n", "\n\ufeff", 1))
 
 
 def test_binary_dimacs_is_named(tmp_path):

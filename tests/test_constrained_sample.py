@@ -331,6 +331,17 @@ def test_folded_vocabulary_mpe_is_the_argmax_of_the_proposal():
 
 
 # -- named errors --------------------------------------------------------------------------------------
+def test_one_unsatisfiable_error_class():
+    """``pseudosl.psl.UnsatisfiableError`` is the library's one class (``pseudosl.logic.errors``): an ``except`` of
+    either name catches the compilers' errors and the sampler's."""
+    assert UnsatisfiableError is pseudosl.logic.errors.UnsatisfiableError
+    engine = pseudosl.as_engine(_never_called, n_values=3)
+    b = CircuitBuilder(N, 3)
+    with pytest.raises(pseudosl.logic.errors.UnsatisfiableError, match="no satisfying assignment"):
+        pseudosl.constrained_sample(engine, Circuit(b.build(b.false())), torch.zeros(1, N, dtype=torch.long))
+    with pytest.raises(UnsatisfiableError, match="the CNF is unsatisfiable"):
+        pseudosl.compile_cnf([[1], [-1]], cache=False)
+
 def _never_called(y, example):
     raise AssertionError("the model ran")
 
@@ -366,6 +377,8 @@ def test_errors_are_named_before_the_model_runs():
         pseudosl.constrained_sample(engine, two, anchors)
     with pytest.raises(ValueError, match=r"root must be an int in 0..1 \(a root of the circuit\), got 2"):
         pseudosl.constrained_sample(engine, two, anchors, root=2)
+    with pytest.raises(TypeError, match="root must be an int, got float 1.0"):
+        pseudosl.constrained_sample(engine, two, anchors, root=1.0)
     with pytest.raises(TypeError, match="as_engine"):
         pseudosl.constrained_sample(_never_called, some, anchors)
 

@@ -181,7 +181,7 @@ def test_errors():
     y = torch.tensor([[0, 1, 1]])
     with pytest.raises(SamplerRequiredError, match="sampler="):
         local_fidelity(model, y, exact=False)
-    with pytest.raises(ValueError, match="n_mc must be an int >= 2"):
+    with pytest.raises(ValueError, match=r"n_mc must be >= 2, got 1 \(draws per example\)"):
         local_fidelity(model, y, n_mc=1)
     with pytest.raises(ValueError, match="exact=True would enumerate"):
         local_fidelity(as_engine(lambda s, e: s.sum(1).double(), n_values=9), torch.zeros(1, 81, dtype=torch.long),

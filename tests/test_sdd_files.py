@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import re
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
 
+from checks import lenient_spellings
 from conftest import ATOL64
 from pseudosl import Circuit, compile_cnf
 from pseudosl.logic.errors import SizeLimitError
@@ -113,9 +120,9 @@ VTREE_OK = "vtree 3\nL 0 1\nL 2 2\nI 1 0 2\n"
     ("sdd 0\n", r"bad\.sdd:1: header says 0 nodes; an SDD file has at least one"),
     ("sdd 1\nsdd 1\nL 0 0 1\n", r"bad\.sdd:2: second 'sdd N' header"),
     ("c a comment\nsdd 3\nL 0 0 1\nL 0 2 2\nD 2 1 1 0 0\n", r"bad\.sdd:4: node id 0 is defined again \(first on line 3\)"),
-    ("sdd 3\nL 0 0 1\nL 1 2 2\nD 2 1 1 0 one\n", r"bad\.sdd:4: expected an integer in field 6"),
+    ("sdd 3\nL 0 0 1\nL 1 2 2\nD 2 1 1 0 one\n", r"bad\.sdd:4: field 6 of 'D 2 1 1 0 one': expected a non-negative integer, got 'one'"),
     ("sdd 2\nL 0 0 1\nD 1 1 0\n", "decision node says 0 elements"),
-    ("sdd 2\nL 0 x 1\nT 1\n", r"bad\.sdd:2: expected an integer in field 3"),
+    ("sdd 2\nL 0 x 1\nT 1\n", r"bad\.sdd:2: field 3 of 'L 0 x 1': expected a non-negative integer, got 'x'"),
 ])
 def test_malformed_sdd(tmp_path, sdd, match):
     path = tmp_path / "bad.sdd"
@@ -135,6 +142,67 @@ def test_malformed_vtree(tmp_path, vtree, match):
     (tmp_path / "bad.vtree").write_text(vtree)
     with pytest.raises(SddFormatError, match=match):
         Circuit.from_sdd_file(tmp_path / "ok.sdd", tmp_path / "bad.vtree")
+
+
+@st.composite
+def pysdd_files(draw) -> tuple[str, str]:
+    """The ``.sdd`` and ``.vtree`` texts PySDD writes for a random CNF over 1..5 variables."""
+    n = draw(st.integers(1, 5))
+    lit = st.integers(1, n).flatmap(lambda v: st.sampled_from([v, -v]))
+    clauses = draw(st.lists(st.lists(lit, min_size=1, max_size=3), max_size=5))
+    mgr = pysdd.SddManager(n, 0)
+    root = mgr.true()
+    for clause in clauses:
+        disjunction = mgr.false()
+        for v in clause:
+            disjunction = disjunction | mgr.literal(v)
+        root = root & disjunction
+    with tempfile.TemporaryDirectory() as tmp:
+        root.save(f"{tmp}/f.sdd".encode())
+        mgr.vtree().save(f"{tmp}/f.vtree".encode())
+        return Path(f"{tmp}/f.sdd").read_text(), Path(f"{tmp}/f.vtree").read_text()
+
+
+@given(pysdd_files(), st.data())
+def test_sdd_numbers_are_read_strictly(files, data):
+    """``1_0``, ``+3`` or a non-ASCII digit in any field of an ``.sdd`` or ``.vtree`` file is an error naming the
+    file, the line, the field and the token, never the number Python's ``int()`` reads; ``-`` only on a literal."""
+    texts = dict(zip(("f.sdd", "f.vtree"), files))
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {name: Path(tmp) / name for name in texts}
+        for name, text in texts.items():
+            paths[name].write_text(text)
+        Circuit.from_sdd_file(paths["f.sdd"], paths["f.vtree"]).check()  # the control: the files as written load
+        name = data.draw(st.sampled_from(sorted(texts)), label="file")
+        lines = texts[name].splitlines()
+        line = data.draw(st.sampled_from([i for i, t in enumerate(lines) if t and not t.startswith("c")]), label="line")
+        fields = lines[line].split()
+        at = data.draw(st.integers(1, len(fields) - 1), label="field")
+        literal = name == "f.sdd" and fields[0] == "L" and at == 3
+        value = int(fields[at])
+        token = data.draw(lenient_spellings(abs(value), signs=not literal), label="token")
+        fields[at] = "-" + token if value < 0 else token
+        lines[line] = " ".join(fields)
+        paths[name].write_text("\n".join(lines) + "\n")
+        kind = "an integer" if literal else "a non-negative integer"
+        with pytest.raises(SddFormatError, match=re.escape(f"{paths[name]}:{line + 1}: field {at + 1} of ") +
+                           rf".*: expected {kind}, got {re.escape(repr(fields[at]))}"):
+            Circuit.from_sdd_file(paths["f.sdd"], paths["f.vtree"])
+
+
+@given(pysdd_files())
+def test_sdd_files_with_a_byte_order_mark_load_as_without(files):
+    with tempfile.TemporaryDirectory() as tmp:
+        plain, marked = Path(tmp) / "plain", Path(tmp) / "marked"
+        for folder, encoding in ((plain, "ascii"), (marked, "utf-8-sig")):
+            folder.mkdir()
+            for name, text in zip(("f.sdd", "f.vtree"), files):
+                (folder / name).write_text(text, encoding=encoding)
+        assert (marked / "f.sdd").read_bytes()[:3] == b"\xef\xbb\xbf"
+        want = Circuit.from_sdd_file(plain / "f.sdd", plain / "f.vtree")
+        got = Circuit.from_sdd_file(marked / "f.sdd", marked / "f.vtree")
+        x = torch.randn(3, want.n_vars, 2, dtype=torch.float64)
+        torch.testing.assert_close(got.log_prob(x), want.log_prob(x), atol=0, rtol=0)
 
 
 def test_well_formed_small_files(tmp_path):

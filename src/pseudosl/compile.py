@@ -23,7 +23,7 @@ from typing import Sequence
 from .cache import cached_circuit
 from .circuit import Circuit
 from .logic.automaton import DFA, SparseDFA, automaton_dag, forbidden_words_dfa
-from .logic.categorical import CatFormula, categorical_dag
+from .logic.categorical import FALSE, CatFormula, categorical_dag
 from .logic.cnf import cnf_formula, normalize_clauses, parse_dimacs
 from .logic.errors import (DEFAULT_MAX_EDGES, DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, UnsatisfiableError, as_int,
                            check_int, check_vars)
@@ -68,7 +68,7 @@ def compile_cnf(path_or_clauses: str | Path | Sequence[Sequence[int]], n_vars: i
         if n_vars is None:
             source = " (from the DIMACS header" + (f" of {path_or_clauses})" if "\n" not in str(path_or_clauses) else ")")
             n_vars = header_vars
-        elif isinstance(n_vars, int) and n_vars < header_vars:
+        elif (n_vars := check_int("n_vars", n_vars, 1)) < header_vars:
             raise ValueError(f"n_vars={n_vars} is smaller than the {header_vars} variables the DIMACS header declares")
     else:
         clauses = path_or_clauses
@@ -116,7 +116,8 @@ def compile_formula(formula_or_list: Formula | Sequence[Formula], n_vars: int | 
         if largest < 0:
             raise ValueError("the formulas mention no variable; pass n_vars (>= 1) to size the circuit")
         n_vars, source = largest + 1, f" (from the largest variable, Var({largest}))"
-    check_vars(f"compile_formula: n_vars{source} is", as_int("n_vars", n_vars), max_vars, _VARS_COST)
+    n_vars = as_int("n_vars", n_vars)
+    check_vars(f"compile_formula: n_vars{source} is", n_vars, max_vars, _VARS_COST)
     _check_vtree(vtree)
     key = ("formula", n_vars, dag_key(formulas), vtree, bool(minimize))
     circuit = cached_circuit(key, lambda: Circuit(compile_with_pysdd(formulas, n_vars, vtree=vtree, minimize=minimize,
@@ -141,6 +142,13 @@ def compile_categorical(formula_or_list: CatFormula | Sequence[CatFormula], n_po
         max_nodes: refuse (``CategoricalSizeError``) a decision diagram larger than this.
         allow_unsat, cache, max_vars: as in :func:`compile_cnf` (``max_vars`` bounds ``n_positions``).
 
+    Raises:
+        UnsatisfiableError: a formula has no model (one that simplifies to FALSE, such as
+            ``(y[0] == 1) & (y[0] != 1)`` or ``y[0].isin(set())``, before any work), unless ``allow_unsat``;
+            with ``allow_unsat`` a formula list of FALSE only needs ``n_positions`` and ``n_values``
+            (FALSE mentions no position to size the circuit by).
+        CategoricalSizeError: the decision diagram would exceed ``max_nodes`` nodes.
+
     Example:
         >>> from pseudosl.logic.categorical import all_of, positions
         >>> y = positions(6, 3)
@@ -155,18 +163,27 @@ def compile_categorical(formula_or_list: CatFormula | Sequence[CatFormula], n_po
             raise TypeError(f"formula {i} is a {type(f).__name__} ({f!r}), not a categorical formula "
                             "(build one from pseudosl.logic.categorical.positions)")
     mentioned = set().union(*(f.positions() for f in formulas))
+    false = [i for i, f in enumerate(formulas) if f == FALSE]
+    if false and not allow_unsat:
+        which = "" if len(formulas) == 1 else f" (formula {false[0]})"
+        sizes = "" if mentioned else " (with n_positions and n_values)"
+        raise UnsatisfiableError(f"the categorical formula{which} is unsatisfiable: it simplifies to FALSE (its "
+                                 f"atoms contradict each other, as in (y[0] == 1) & (y[0] != 1) or y[0].isin(set())); "
+                                 f"pass allow_unsat=True{sizes} to get a circuit whose log_prob is -inf")
+    none = "simplify to TRUE or FALSE and " if not mentioned else ""
     source = ""
     if n_positions is None:
         if not mentioned:
-            raise ValueError("the formulas mention no position; pass n_positions (>= 1) to size the circuit")
+            raise ValueError(f"the formulas {none}mention no position; pass n_positions (>= 1) to size the circuit")
         n_positions, source = max(mentioned) + 1, f" (from the largest position mentioned, y[{max(mentioned)}])"
     if n_values is None:
         ks = set().union(*(f.n_values() for f in formulas))
         if len(ks) != 1:
-            raise ValueError("pass n_values: the formulas " + ("mention no position" if not ks else
+            raise ValueError("pass n_values: the formulas " + (f"{none}mention no position" if not ks else
                                                               f"mix positions with {sorted(ks)} values"))
         n_values = ks.pop()
-    check_vars(f"compile_categorical: n_positions{source} is", as_int("n_positions", n_positions), max_vars,
+    n_positions, n_values = check_int("n_positions", n_positions, 1), check_int("n_values", n_values, 2)
+    check_vars(f"compile_categorical: n_positions{source} is", n_positions, max_vars,
                " (a circuit holds n_values leaves per position and smooths every root over all of them)")
     key = ("categorical", n_positions, n_values, max_nodes, tuple(f.digest() for f in formulas))
     circuit = cached_circuit(key, lambda: Circuit(categorical_dag(formulas, n_positions, n_values, max_nodes=max_nodes,

@@ -24,7 +24,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import operator
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -63,13 +62,7 @@ class DFA:
         start = check_int("start", self.start, low=0)
         if start >= n_states:
             raise ValueError(f"start state {start} is out of range 0..{n_states - 1}")
-        try:
-            accepting = frozenset(operator.index(s) for s in self.accepting)
-        except TypeError:
-            raise TypeError(f"accepting must be an iterable of int states, got {self.accepting!r}") from None
-        bad = sorted(s for s in accepting if not 0 <= s < n_states)
-        if bad:
-            raise ValueError(f"accepting state {bad[0]} is out of range 0..{n_states - 1}")
+        accepting = _states("accepting", self.accepting, n_states)
         delta = np.asarray(self.delta)
         if delta.shape != (n_states, n_values):
             raise ValueError(f"delta must have shape (n_states, n_values) = ({n_states}, {n_values}), "
@@ -123,7 +116,7 @@ class DFA:
             dead = n_states
             delta = np.vstack([np.where(delta < 0, dead, delta), np.full((1, n_values), dead)])
             n_states += 1
-        return cls(n_states, n_values, start, frozenset(accepting), delta)
+        return cls(n_states, n_values, start, accepting, delta)  # type: ignore[arg-type]  (made a frozenset)
 
     def run(self, word: Sequence[int]) -> int:
         """The state reached after reading ``word`` from ``start``."""
@@ -288,9 +281,10 @@ class SparseDFA:
 
 def _states(name: str, states: Iterable[int], n_states: int) -> frozenset[int]:
     try:
-        out = frozenset(operator.index(s) for s in states)
+        listed = list(states)
     except TypeError:
         raise TypeError(f"{name} must be an iterable of int states, got {states!r}") from None
+    out = frozenset(check_int(f"{name} state", s) for s in listed)
     bad = sorted(s for s in out if not 0 <= s < n_states)
     if bad:
         raise ValueError(f"{name} state {bad[0]} is out of range 0..{n_states - 1}")
@@ -323,7 +317,7 @@ def automaton_node(b: CircuitBuilder, dfa: DFA, positions: Sequence[int] | None 
     """
     if b.n_values != dfa.n_values:
         raise ValueError(f"the builder has n_values={b.n_values} but the DFA reads {dfa.n_values} values")
-    positions = list(range(b.n_vars)) if positions is None else [int(p) for p in positions]
+    positions = list(range(b.n_vars)) if positions is None else [check_int("a position", p, 0) for p in positions]
     if len(set(positions)) != len(positions):
         raise ValueError(f"positions must be distinct, got {positions}")
     groups = _groups(dfa)

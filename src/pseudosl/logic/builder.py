@@ -79,21 +79,36 @@ class CircuitBuilder:
         return TRUE
 
     def literal(self, var: int, value: int = 1) -> int:
-        """The indicator ``[X_var = value]`` (for Boolean variables ``value=0`` is the negative literal)."""
-        if not (0 <= var < self.n_vars):
-            raise ValueError(f"variable {var} is out of range: this circuit has variables 0..{self.n_vars - 1}")
-        if not (0 <= value < self.n_values):
-            raise ValueError(f"value {value} of variable {var} is out of range 0..{self.n_values - 1}")
-        payload = (int(var), int(value))
+        """The indicator ``[X_var = value]`` (for Boolean variables ``value=0`` is the negative literal).
+
+        ``var`` and ``value`` are ints (:func:`~pseudosl.logic.errors.check_int`: a float such as 1.7 is
+        refused, never truncated)."""
+        if type(var) is int and type(value) is int and 0 <= var < self.n_vars and 0 <= value < self.n_values:
+            payload = (var, value)  # the common case first
+        else:
+            payload = (self._check_var(var), self._check_value(var, value))
         node = self._index.get((_LIT, payload))
         return self._make(_LIT, payload, var=payload[0]) if node is None else node
 
     def in_set(self, var: int, values: Iterable[int]) -> int:
         """``[X_var in values]``: an OR of value indicators (deterministic by construction)."""
-        vals = sorted(set(int(c) for c in values))
+        var = self._check_var(var)
+        vals = sorted({self._check_value(var, c) for c in values})
         if len(vals) == self.n_values:
             return TRUE
         return self.or_(*(self.literal(var, c) for c in vals))
+
+    def _check_var(self, var: object) -> int:
+        v = check_int("var", var)
+        if not 0 <= v < self.n_vars:
+            raise ValueError(f"variable {v} is out of range: this circuit has variables 0..{self.n_vars - 1}")
+        return v
+
+    def _check_value(self, var: int, value: object) -> int:
+        c = check_int(f"the value of variable {var}", value)
+        if not 0 <= c < self.n_values:
+            raise ValueError(f"value {c} of variable {var} is out of range 0..{self.n_values - 1}")
+        return c
 
     # -- inner nodes --------------------------------------------------------------
     def and_(self, *children: int) -> int:
@@ -174,9 +189,10 @@ class CircuitBuilder:
         """``node`` as an ``int`` if it is a node id of this builder (a bool is not)."""
         if type(node) is int and 0 <= node < len(self._kind):  # the common case first
             return node
-        if not (isinstance(node, np.integer) and 0 <= node < len(self._kind)):
+        node = check_int("a node id", node)
+        if not 0 <= node < len(self._kind):
             raise ValueError(f"{node!r} is not a node of this builder (ids 0..{len(self._kind) - 1})")
-        return int(node)
+        return node
 
     def _make(self, kind: int, payload: tuple[int, ...], mask: int | None = None, var: int | None = None) -> int:
         key = (kind, payload)

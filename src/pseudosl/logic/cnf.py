@@ -19,10 +19,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .errors import DimacsFormatError, as_int
+from .errors import DimacsFormatError, check_int, parse_int_token
 from .formula import And, Formula, Not, Or, Var
 
 __all__ = ["DimacsFormatError", "parse_dimacs", "normalize_clauses", "cnf_formula"]
+
+_BOM = "\ufeff"
 
 
 def parse_dimacs(path_or_text: str | Path) -> tuple[int, list[list[int]]]:
@@ -30,23 +32,26 @@ def parse_dimacs(path_or_text: str | Path) -> tuple[int, list[list[int]]]:
 
     A :class:`~pathlib.Path`, or a one-line ``str`` naming a file, is read from disk; a
     ``str`` with a newline (or starting with ``p cnf``) is parsed as the file's text.
-    Comment lines (``c ...``) are skipped and a ``%`` line (SATLIB) ends the clauses.
-    Clauses may span lines and several may share a line; each ends with ``0``.
+    Comment lines (``c ...``) are skipped, a ``%`` line (SATLIB) ends the clauses and a UTF-8
+    byte-order mark at the start is skipped.  Clauses may span lines and several may share a line;
+    each ends with ``0``.  Numbers are read strictly (:func:`~pseudosl.logic.errors.parse_int_token`):
+    ASCII digits, a ``-`` only on literals; ``+3``, ``1_0`` or a non-ASCII digit is an error, not 3 or 10.
 
     Raises:
         DimacsFormatError: naming ``file:line`` for a missing, malformed or duplicate
-            ``p cnf`` header, a non-integer token, a variable outside ``1..n_vars``,
+            ``p cnf`` header, a token that is not a (strict) integer, a variable outside ``1..n_vars``,
             a last clause without its terminating ``0``, or a clause count that differs
             from the header's (e.g. a truncated file).
     """
     if isinstance(path_or_text, Path) or ("\n" not in path_or_text
-                                          and not path_or_text.lstrip().startswith("p cnf")):
+                                          and not path_or_text.lstrip(_BOM).lstrip().startswith("p cnf")):
         path = Path(path_or_text)
         if not path.is_file():
             raise FileNotFoundError(f"no DIMACS file at {path} (to parse text, pass a str containing newlines)")
         name, text = str(path), _read_text(path)
     else:
         name, text = "<text>", path_or_text
+    text = text.removeprefix(_BOM)  # editors on Windows start UTF-8 files with one
     n_vars = n_clauses = None
     header_line = 0
     clauses: list[list[int]] = []
@@ -62,18 +67,17 @@ def parse_dimacs(path_or_text: str | Path) -> tuple[int, list[list[int]]]:
         if tok[0] == "p":
             if n_vars is not None:
                 raise DimacsFormatError(f"{name}:{lineno}: second 'p cnf' header (the first is on line {header_line})")
-            if len(tok) != 4 or tok[1] != "cnf" or not all(_is_nonneg_int(t) for t in tok[2:]):
+            if len(tok) != 4 or tok[1] != "cnf":
                 raise DimacsFormatError(f"{name}:{lineno}: malformed header {line.strip()!r}; "
                                         f"expected 'p cnf <n_vars> <n_clauses>' with non-negative integers")
-            n_vars, n_clauses, header_line = int(tok[2]), int(tok[3]), lineno
+            n_vars, n_clauses = (parse_int_token(t, f"{name}:{lineno}: malformed header {line.strip()!r}: {what}",
+                                                 DimacsFormatError) for t, what in zip(tok[2:], ("<n_vars>", "<n_clauses>")))
+            header_line = lineno
             continue
         if n_vars is None:
             raise DimacsFormatError(f"{name}:{lineno}: clause before the 'p cnf <n_vars> <n_clauses>' header")
         for t in tok:
-            try:
-                lit = int(t)
-            except ValueError:
-                raise DimacsFormatError(f"{name}:{lineno}: {t!r} is not an integer literal") from None
+            lit = parse_int_token(t, f"{name}:{lineno}: literal", DimacsFormatError, negative=True)
             if lit == 0:
                 clauses.append(current)
                 current = []
@@ -109,7 +113,7 @@ def normalize_clauses(clauses: Sequence[Sequence[int]], n_vars: int | None = Non
             raise TypeError(f"clause {i} must be a list of nonzero ints, got {type(clause).__name__} {clause!r}")
         lits = []
         for lit in clause:
-            lit = as_int(f"clause {i} literal", lit)
+            lit = check_int(f"clause {i} literal", lit)
             if lit == 0:
                 raise ValueError(f"clause {i} contains 0; literals are nonzero (DIMACS variables are 1-based, "
                                  f"and the terminating 0 is not part of a clause list)")
@@ -120,9 +124,7 @@ def normalize_clauses(clauses: Sequence[Sequence[int]], n_vars: int | None = Non
         n_vars = largest
         if n_vars < 1:
             raise ValueError("the clauses mention no variable; pass n_vars (>= 1) to size the circuit")
-    elif isinstance(n_vars, bool) or not isinstance(n_vars, int) or n_vars < 1:
-        raise ValueError(f"n_vars must be a positive int, got {n_vars!r}")
-    elif largest > n_vars:
+    elif (n_vars := check_int("n_vars", n_vars, 1, " (the number of variables)")) < largest:
         raise ValueError(f"the clauses use variable {largest} but n_vars={n_vars}; pass n_vars >= {largest}")
     return n_vars, tuple(out)
 
@@ -139,6 +141,3 @@ def _read_text(path: Path) -> str:
         raise DimacsFormatError(f"{path}: not a text DIMACS CNF file (byte {e.start} is not UTF-8 text); pass a "
                                 f"'p cnf <n_vars> <n_clauses>' file, or a clause list") from None
 
-
-def _is_nonneg_int(t: str) -> bool:
-    return t.isascii() and t.isdigit()

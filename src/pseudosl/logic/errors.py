@@ -10,6 +10,9 @@ value and the fix:
 * :class:`DimacsFormatError`, :class:`SddFormatError`, :class:`CircuitFormatError`: malformed,
   truncated or tampered DIMACS, ``.sdd``/``.vtree`` and saved-circuit (``.npz``) files;
 * :class:`UnsatisfiableError`: the constraint has no model.
+
+:func:`check_int` is the one check of an int argument (bools and floats refused, never truncated), and
+:func:`parse_int_token` the one reader of an integer token of a text file; every front-end uses them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import operator
 
 __all__ = ["CircuitError", "CircuitFormatError", "DimacsFormatError", "SddFormatError", "SizeLimitError",
            "UnsatisfiableError", "DEFAULT_MAX_VARS", "DEFAULT_MAX_NODES", "DEFAULT_MAX_EDGES", "VARS_CEILING", "as_int",
-           "check_int", "check_limit", "check_vars"]
+           "check_int", "check_limit", "check_vars", "parse_int_token"]
 
 DEFAULT_MAX_VARS = 100_000
 """Default ``max_vars`` of the front-ends: a circuit holds two leaves per Boolean variable, and a root
@@ -48,7 +51,8 @@ class SizeLimitError(ValueError):
 
 
 class UnsatisfiableError(ValueError):
-    """The constraint has no model; pass ``allow_unsat=True`` to get a FALSE circuit instead."""
+    """The constraint has no model (the compilers: pass ``allow_unsat=True`` to get a FALSE circuit instead), or,
+    in :func:`pseudosl.psl.constrained_sample`, no model the model gives probability above 0."""
 
 
 class DimacsFormatError(ValueError):
@@ -63,22 +67,69 @@ class CircuitFormatError(ValueError):
     """A saved circuit (``.npz``) that is not one: truncated, tampered, or saved under another cache key."""
 
 
-def as_int(name: str, value: object) -> int:
-    """``value`` as an ``int`` (bools refused); ``TypeError`` naming ``name`` and the value."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got the bool {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
+def check_int(name: str, value: object, low: int | None = None, fix: str = "") -> int:
+    """``value`` as an ``int`` (``>= low`` when ``low`` is given): the library's one check of an int argument.
 
+    Takes Python ints, NumPy integer scalars and 0-d integer arrays or tensors; refuses bools, floats
+    (even ``2.0``: a float that happens to be whole is still a likely mistake, and truncating ``1.7`` to 1
+    would be a silent wrong answer), strings and arrays with more than one element.  ``TypeError`` /
+    ``ValueError`` naming ``name``, the value and the fix (``fix`` adds to the ``ValueError``'s).
 
-def check_int(name: str, value: object, low: int, fix: str = "") -> int:
-    """``value`` as an ``int >= low``; ``TypeError`` / ``ValueError`` naming ``name``, the value and ``fix``."""
-    v = as_int(name, value)
-    if v < low:
+    Example:
+        >>> check_int("k", 3, low=1)
+        3
+        >>> check_int("k", 1.7)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        TypeError: k must be an int, got float 1.7; pass an int (convert it explicitly, e.g. round(x), ...)
+    """
+    if type(value) is int:  # the common case first
+        v = value
+    else:
+        if isinstance(value, bool) or "bool" in str(getattr(value, "dtype", "")):
+            raise TypeError(f"{name} must be an int, got the bool {value!r}; pass 0 or 1 as an int if you mean a number")
+        try:
+            if getattr(value, "ndim", 0) != 0:  # a torch tensor of one element would pass operator.index
+                raise TypeError
+            v = operator.index(value)
+        except TypeError:
+            raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}; pass an int (convert it "
+                            f"explicitly, e.g. round(x), if you mean a whole number)") from None
+    if low is not None and v < low:
         raise ValueError(f"{name} must be >= {low}, got {v}{fix}")
     return v
+
+
+def as_int(name: str, value: object) -> int:
+    """:func:`check_int` without a lower bound."""
+    return check_int(name, value)
+
+
+def parse_int_token(token: str, where: str, error: type[ValueError], *, negative: bool = False) -> int:
+    """The integer a token of a text file (DIMACS, ``.sdd``, ``.vtree``) spells, read strictly.
+
+    ASCII digits ``0-9``, after one ``-`` only where ``negative`` (no ``+``, no ``_`` as in ``1_0``,
+    no other Unicode digits such as ``\u0663``, which Python's ``int()`` would take); else ``error``
+    naming ``where`` (``"file:line: what"``) and the token.
+
+    Example:
+        >>> parse_int_token("-12", "f.cnf:3: literal", ValueError, negative=True)
+        -12
+        >>> parse_int_token("1_0", "f.cnf:1: the header's n_vars", ValueError)
+        Traceback (most recent call last):
+        ...
+        ValueError: f.cnf:1: the header's n_vars: expected a non-negative integer, got '1_0' (ASCII digits 0-9 only)
+    """
+    digits = token[1:] if negative and token[:1] == "-" else token
+    if not (digits.isascii() and digits.isdigit()):
+        kind, rule = ("an integer", "ASCII digits 0-9 after an optional '-'") if negative else \
+            ("a non-negative integer", "ASCII digits 0-9 only")
+        raise error(f"{where}: expected {kind}, got {token!r} ({rule})")
+    try:
+        return int(token)
+    except ValueError:  # more digits than int() converts (4300): no count or id of a file is that long
+        raise error(f"{where}: the number {token[:20]}... has {len(digits)} digits; no count or id has "
+                    f"that many") from None
 
 
 def check_limit(what: str, size: int, limit: int | None, limit_name: str, why: str = "") -> None:

@@ -277,9 +277,7 @@ def iff(a: Formula, b: Formula) -> Formula:
 
 def variables(n: int, start: int = 0) -> tuple[Var, ...]:
     """``n`` variables ``Var(start), ..., Var(start + n - 1)``: ``a, b, c = variables(3)``."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative int, got {n!r}")
-    return tuple(Var(start + i) for i in range(n))
+    return tuple(Var(start + i) for i in range(check_int("n", n, 0)))
 
 
 def _nary(op: str, fs: Iterable[object]) -> Formula:

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from .builder import CircuitBuilder
 from .dag import Dag
-from .errors import DEFAULT_MAX_VARS, CircuitError, SddFormatError, check_int, check_limit, check_vars
+from .errors import (DEFAULT_MAX_VARS, CircuitError, SddFormatError, check_int, check_limit, check_vars,
+                     parse_int_token)
 
 if TYPE_CHECKING:  # pragma: no cover
     from pysdd.sdd import SddNode
@@ -193,7 +194,7 @@ def _parse_sdd(path: Path, vtree: Vtree | None, vtree_path, max_vars: int | None
         if tag in ("F", "T"):
             nodes[node_id] = (tag,)
         elif tag == "L":
-            lit = _int(tok, 3, path, lineno)
+            lit = _int(tok, 3, path, lineno, negative=True)
             if lit == 0:
                 raise SddFormatError(f"{path}:{lineno}: literal 0 is not a variable")
             check_vars(f"{path}:{lineno}: literal {lit} names variable", abs(lit), max_vars)
@@ -396,7 +397,7 @@ def _check_vtree_position(tok: list[str], vtree: Vtree, sdd_path: Path, vtree_pa
     if vid not in vtree.var and vid not in vtree.kids:
         raise SddFormatError(f"{sdd_path}:{lineno}: refers to vtree node {vid}, which {vtree_path} does not have; "
                              f"is the vtree the one this SDD was saved with?")
-    if tok[0] == "L" and vtree.var.get(vid) != abs(_int(tok, 3, sdd_path, lineno)):
+    if tok[0] == "L" and vtree.var.get(vid) != abs(_int(tok, 3, sdd_path, lineno, negative=True)):
         raise SddFormatError(f"{sdd_path}:{lineno}: literal {tok[3]} sits at vtree node {vid}, which {vtree_path} "
                              f"makes the leaf of variable {vtree.var.get(vid) or '(none: an internal node)'}; "
                              f"is the vtree the one this SDD was saved with?")
@@ -406,22 +407,27 @@ def _check_vtree_position(tok: list[str], vtree: Vtree, sdd_path: Path, vtree_pa
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, stripped line)`` of the lines that are neither blank nor comments."""
+    """``(line number, stripped line)`` of the lines that are neither blank nor comments (a UTF-8
+    byte-order mark at the start is skipped, as in DIMACS files)."""
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
-    try:
-        with open(path, encoding="ascii") as f:
-            for lineno, line in enumerate(f, 1):
-                line = line.strip()
-                if line and not line.startswith("c"):
-                    yield lineno, line
+    data = path.read_bytes()
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    try:  # UTF-8, not ASCII: a stray non-ASCII character is then named with its line, as a bad token
+        text = data[bom:].decode("utf-8")
     except UnicodeDecodeError as e:
-        raise SddFormatError(f"{path}: not a text SDD/vtree file (byte {e.start} is not ASCII); "
-                             f"pass the .sdd and .vtree files the SDD package or PySDD wrote") from None
+        raise SddFormatError(f"{path}: not a text SDD/vtree file (byte {bom + e.start} is not UTF-8 text); pass the "
+                             f".sdd and .vtree files the SDD package or PySDD wrote") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if line and not line.startswith("c"):
+            yield lineno, line
 
 
-def _int(tok: list[str], i: int, path: Path, lineno: int) -> int:
-    try:
-        return int(tok[i])
-    except (IndexError, ValueError):
-        raise SddFormatError(f"{path}:{lineno}: expected an integer in field {i + 1} of {' '.join(tok)!r}") from None
+def _int(tok: list[str], i: int, path: Path, lineno: int, *, negative: bool = False) -> int:
+    """Field ``i`` of a line, a strict integer (:func:`~pseudosl.logic.errors.parse_int_token`); ``negative``
+    only for literals."""
+    where = f"{path}:{lineno}: field {i + 1} of {' '.join(tok)!r}"
+    if i >= len(tok):
+        raise SddFormatError(f"{where}: expected an integer, but the line has {len(tok)} fields")
+    return parse_int_token(tok[i], where, SddFormatError, negative=negative)

@@ -51,7 +51,8 @@ class ValueMap:
     """
 
     def __init__(self, tokens: Sequence[int], vocab_size: int) -> None:
-        toks = [int(t) for t in tokens]
+        toks = [check_int("a token", t) for t in tokens]
+        vocab_size = check_int("vocab_size", vocab_size, 1)
         if len(set(toks)) != len(toks):
             raise ValueError("tokens must be distinct (a token would be counted twice)")
         if any(not 0 <= t < vocab_size for t in toks):

@@ -39,10 +39,7 @@ class RecurrentDecoder(nn.Module):
                  cell: Literal["rnn", "lstm", "gru"] = "lstm", nonlinearity: str = "tanh", dropout: float = 0.0,
                  context_dim: int | None = None, step_dim: int = 0) -> None:
         super().__init__()
-        if not isinstance(n_values, int) or n_values < 2:
-            raise ValueError(f"n_values must be an int >= 2, got {n_values!r}")
-        if not isinstance(length, int) or length < 1:
-            raise ValueError(f"length must be a positive int, got {length!r}")
+        n_values, length = check_count("n_values", n_values, 2), check_count("length", length, 1)
         if cell not in ("rnn", "lstm", "gru"):
             raise ValueError(f"cell must be 'rnn', 'lstm' or 'gru', got {cell!r}")
         if cell != "rnn" and nonlinearity != "tanh":

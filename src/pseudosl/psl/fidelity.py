@@ -43,6 +43,7 @@ from torch import Tensor
 
 from .engine import Engine
 from .neighbours import check_sample
+from .sampling import check_count
 
 __all__ = ["Fidelity", "local_fidelity", "SamplerRequiredError"]
 
@@ -170,15 +171,13 @@ def local_fidelity(engine: Engine, sample: Tensor, *, exact: bool | None = None,
     k = _check_engine(engine)
     sample = check_sample(sample, k)
     b, n = sample.shape
-    if not isinstance(n_mc, int) or isinstance(n_mc, bool) or n_mc < 2:
-        raise ValueError(f"n_mc must be an int >= 2 (draws per example), got {n_mc!r}")
+    n_mc = check_count("n_mc", n_mc, 2, " (draws per example)")
     if exact is None:
         exact = k ** n <= max_exact
     if exact and k ** n > _EXACT_LIMIT:
         raise ValueError(f"exact=True would enumerate k**n = {k}**{n} sequences per example (limit {_EXACT_LIMIT}); "
                          "use exact=False (Monte-Carlo) or exact=None")
-    if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    chunk_size = check_count("chunk_size", chunk_size, 1)
     with torch.no_grad():
         cond = engine.local_conditionals(sample).double()  # (B, n, k)
         if cond.isnan().any():

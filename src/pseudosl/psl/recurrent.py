@@ -315,8 +315,8 @@ class _Rows:
     def chunks(self, size: int | None) -> Iterator["_Rows"]:
         """Consecutive row ranges of about ``size`` rows (whole start positions where possible)."""
         total = len(self.i_host)
-        if size is not None and (not isinstance(size, int) or size < 1):
-            raise ValueError(f"chunk_size must be a positive int or None, got {size!r}")
+        if size is not None:
+            size = check_count("chunk_size", size, 1, " (or None)")
         step = total if size is None else size
         for a in range(0, total, step):
             z = min(a + step, total)

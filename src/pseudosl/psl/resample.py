@@ -49,19 +49,17 @@ import torch
 from torch import Tensor
 
 from ..circuit import Circuit
+from ..logic.errors import UnsatisfiableError, check_int
 from .constraint import Constraint
 from .engine import Engine, engine_circuit
 from .neighbours import check_sample
 from .sampling import check_count, sample_from_logits
 
-__all__ = ["constrained_sample", "ResampleDiagnostics", "UnsatisfiableError"]
+__all__ = ["constrained_sample", "ResampleDiagnostics", "UnsatisfiableError"]  # the library's one
+# UnsatisfiableError (pseudosl.logic.errors), re-exported here: an except of either name catches both
 
 Mode = Literal["resample", "mpe"]
 DEFAULT_CANDIDATES = 16
-
-
-class UnsatisfiableError(ValueError):
-    """The constraint (with ``allowed``) has no model for some examples, or the model gives all of them probability 0."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +110,7 @@ def _check(engine: Engine, constraint: Circuit | Constraint, mode: str, num_cand
         raise ValueError(f"this circuit has {circuit.n_roots} roots and an output can be drawn for one constraint: "
                          f"pass root=r (0 <= r < {circuit.n_roots}; the output satisfies that root only), or compile "
                          "the conjunction of the constraints into one root (for a Sudoku: per puzzle, given its givens)")
-    if root is not None and (isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < circuit.n_roots):
+    if root is not None and not 0 <= check_int("root", root) < circuit.n_roots:
         raise ValueError(f"root must be an int in 0..{circuit.n_roots - 1} (a root of the circuit), got {root!r}")
     if mode not in ("resample", "mpe"):
         raise ValueError(f"mode must be 'resample' or 'mpe', got {mode!r}")

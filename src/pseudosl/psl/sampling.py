@@ -17,15 +17,12 @@ import torch
 from torch import Tensor
 
 from .. import _validation
+from ..logic.errors import check_int
 
 
-def check_count(name: str, value: object, low: int = 0) -> int:
-    """``value`` as an int ``>= low`` (bools refused); a ``ValueError`` / ``TypeError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return value
+def check_count(name: str, value: object, low: int = 0, fix: str = "") -> int:
+    """``value`` as an int ``>= low``: :func:`~pseudosl.logic.errors.check_int` with a default bound of 0."""
+    return check_int(name, value, low, fix)
 
 __all__ = ["sample_autoregressive", "sample_from_logits", "check_count"]
 
