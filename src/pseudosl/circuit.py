@@ -42,8 +42,13 @@ and the AND elements only it uses are one sum-of-products row).
 Memory: a pass needs about ``itemsize x B x (n_slots + largest gather)`` bytes, plus the weights it
 keeps (``sum count x E`` per row) when it goes back down.  Passes without autograd (``log_prob`` under
 ``torch.no_grad()``, the queries) run in chunks of the batch (and of the samples) of at most
-:attr:`Circuit.chunk_bytes`; a differentiable ``log_prob`` whose estimate exceeds the memory free on its
-device is refused with a ``MemoryError`` before anything is allocated.
+:attr:`Circuit.chunk_bytes`, filling one preallocated result; a differentiable ``log_prob`` whose estimate
+exceeds the memory free on its device, or a query whose result would not fit (``sample``'s ``(S, B, n)``),
+is refused with a ``MemoryError`` naming its size before anything is allocated (:mod:`pseudosl.memory`).
+
+Derivatives: the hand-written backward is itself differentiable.  Under ``create_graph=True`` it is the
+gradient of :func:`~pseudosl.semirings.evaluate_differentiable` (plain autograd ops), so second and
+higher derivatives are exact; a plain ``backward()`` runs the fast top-down pass only.
 
 Example:
     >>> import torch, pseudosl
@@ -533,7 +538,9 @@ class Circuit(nn.Module):
         it is differentiated) as a CUDA graph, cached per batch shape (a replay reuses its output
         memory: clone a result you keep past the next call).  A function of your own compiled once
         and called with many circuits recompiles per circuit (each is a different graph): compile one
-        per circuit, or raise ``torch._dynamo.config.recompile_limit``.
+        per circuit, or raise ``torch._dynamo.config.recompile_limit``.  The compiled pass is differentiable
+        once: ``create_graph=True`` through it is a ``RuntimeError`` saying so (torch.compile traces the
+        backward without a graph), where :meth:`log_prob` gives exact second derivatives.
 
         Example:
             >>> import torch, pseudosl
@@ -545,7 +552,7 @@ class Circuit(nn.Module):
         key = repr(sorted(options.items()))  # options may hold dicts (e.g. options={...}), which do not hash
         cache = self.__dict__.setdefault("_compiled", {})
         if key not in cache:
-            cache[key] = torch.compile(_own_code(self.log_prob), fullgraph=True, **options)
+            cache[key] = _first_order_only(torch.compile(_own_code(self.log_prob), fullgraph=True, **options))
         return cache[key]
 
     def __getstate__(self) -> dict:
@@ -584,6 +591,13 @@ def _scored(xc: Tensor, values: Tensor, unsat: Tensor) -> tuple[Tensor, Tensor]:
     log_prob = xc.unsqueeze(0).expand(values.shape[0], *xc.shape).gather(3, values.unsqueeze(3)).squeeze(3).sum(2)
     return (values.masked_fill(unsat.view(1, -1, 1), -1),
             log_prob.masked_fill(unsat.view(1, -1), float("-inf")))
+
+
+def _first_order_only(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    """``fn`` whose result refuses ``create_graph=True`` by name (:class:`~pseudosl.semirings.FirstOrderOnly`)."""
+    def call(x: Tensor) -> Tensor:
+        return semirings.FirstOrderOnly.apply(fn(x))
+    return call
 
 
 def _own_code(method: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:

@@ -31,8 +31,13 @@ class Chunks(Sequence[slice]):
         self.total, self.step = total, step
         self._starts = range(0, max(total, 1), step)
 
+    @property
+    def count(self) -> int:
+        """How many chunks (any number; ``len`` stops at ``sys.maxsize``)."""
+        return -(-max(self.total, 1) // self.step)
+
     def __len__(self) -> int:
-        return len(self._starts)
+        return self.count
 
     def __getitem__(self, i: int) -> slice:  # type: ignore[override]
         start = self._starts[i]
@@ -63,7 +68,7 @@ def check_fits(what: str, need: int, device: torch.device, fix: str, *, detail: 
     The message reads ``"{what} needs about N GiB{detail}, more than the F GiB free on {device}: {fix}"``.
     """
     if elements > MAX_ELEMENTS:
-        raise MemoryError(f"{what} needs a tensor of {elements:.3g} values{detail}, more than any tensor can hold "
+        raise MemoryError(f"{what} asks for a result of {elements:.3g} values, more than any tensor can hold "
                           f"(2**63 - 1): {fix}")
     free = free_bytes(device)
     if free is not None and need > free:

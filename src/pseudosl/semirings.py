@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["LOG", "MAX", "Semiring", "semiring", "bottom_up", "top_down", "sampled_choices", "evaluate_differentiable",
-           "safe_logsumexp", "Evaluate"]
+           "safe_logsumexp", "Evaluate", "FirstOrderOnly"]
 
 Meta = Sequence[tuple[int, int, int, int]]  # (start, count, E, A) per group
 
@@ -253,3 +253,25 @@ class Evaluate(torch.autograd.Function):
             grad.index_add_(0, roots, grad_roots)
             grad_leaves = top_down(grad, ctx.meta, indices, lambda g: kept[g])[2:2 + leaves.shape[0]]
         return (grad_leaves, None, None, None, None) + (None,) * len(indices)
+
+
+class FirstOrderOnly(torch.autograd.Function):
+    """The identity, whose backward refuses ``create_graph=True`` by name; it guards :meth:`Circuit.compiled`.
+
+    ``torch.compile`` traces :class:`Evaluate`'s backward once, with no graph recorded, so a second
+    derivative through a compiled pass would silently miss the circuit's part (backends ``eager`` and
+    ``aot_eager``; inductor refuses with a message about donated buffers).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        if torch.is_grad_enabled():
+            raise RuntimeError("circuit.compiled() is differentiable once: torch.compile traces the circuit's backward "
+                               "pass without recording a graph, so create_graph=True (second derivatives, gradient "
+                               "penalties, Hessian-vector products) through it would be wrong; call circuit.log_prob "
+                               "(not compiled), whose derivatives of every order are exact")
+        return grad
