@@ -49,6 +49,15 @@ def test_many_samples_run_in_chunks_into_one_result():
     assert sorted(shape for _, shape in seen.large) == [(2**31, 2), (2**31, 2, 3)], seen.large  # the results only
 
 
+@pytest.mark.parametrize("num_samples", [2**31, 10**18])
+def test_many_samples_of_an_empty_batch_are_one_empty_chunk(num_samples):
+    circuit, _ = random_circuit(31, 3, 2)
+    circuit.chunk_bytes = 1  # one sample per chunk, were the samples of an empty batch to cost anything
+    with _Allocations(1024) as seen:
+        s = circuit.sample(torch.zeros(0, 3), num_samples)
+    assert s.values.shape == (num_samples, 0, 3) and s.log_prob.shape == (num_samples, 0) and seen.large == []
+
+
 @pytest.mark.parametrize("chunk_bytes", [1, 700, 2000])
 def test_chunked_samples_mpe_and_marginals_equal_one_pass(chunk_bytes):
     """Filling one preallocated result chunk by chunk: the same as one pass (samples: the same distribution)."""
@@ -139,7 +148,8 @@ def test_a_sparse_or_nested_input_is_refused_by_name(query, layout):
     x = {"coo": lambda: dense.to_sparse(), "csr": lambda: dense[:, :, 1].to_sparse_csr(),
          "nested": lambda: torch.nested.nested_tensor(list(dense))}[layout]()
     name = "logits" if query == "semantic_loss" else "x"
-    with pytest.raises(TypeError, match=rf"{name} must be a dense \(strided\) tensor, got .*: pass {name}\.to_dense\(\)"):
+    with pytest.raises(TypeError, match=rf"{name} must be a dense \(strided\) tensor, got .*: "
+                                        rf"pass {name}\.to_dense\(\)"):
         QUERIES[query](circuit, x)
 
 
@@ -149,7 +159,8 @@ def test_a_sparse_mask_is_refused_by_name():
     allowed = torch.ones(2, 3, 3, dtype=torch.bool).to_sparse()
     for call in (lambda: circuit.log_prob(x, allowed), lambda: circuit.mpe(x, allowed),
                  lambda: circuit.sample(x, allowed=allowed), lambda: semantic_loss(circuit, x, allowed=allowed)):
-        with pytest.raises(TypeError, match=r"allowed must be a dense \(strided\) tensor, got layout torch\.sparse_coo"):
+        with pytest.raises(TypeError, match=r"allowed must be a dense \(strided\) tensor, got layout "
+                                            r"torch\.sparse_coo"):
             call()
 
 

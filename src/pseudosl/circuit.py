@@ -485,8 +485,9 @@ class Circuit(nn.Module):
         big_s, big_b, n = num_samples, x.shape[0], self.n_vars
         chunks = self._chunks(big_b, self._row_bytes(x, keep=True), x.device)
         self._check_result(f"sample of {big_s} draws for each of {big_b} rows", x,
-                           f"values ({big_s}, {big_b}, {n}) int64 and log_prob ({big_s}, {big_b})", big_s * big_b * n,
-                           big_s * big_b * (8 * n + self._itemsize(x)), chunks[0].stop - chunks[0].start, keep=True,
+                           f"values ({big_s}, {big_b}, {n}) int64 and log_prob ({big_s}, {big_b})",
+                           max(big_s * big_b * n, big_s), big_s * big_b * (8 * n + self._itemsize(x)),
+                           chunks[0].stop - chunks[0].start, keep=True,
                            fix="draw fewer samples per call (num_samples, e.g. in a loop) or pass smaller batches")
         dtype = self._result_dtype(x)
         out = Samples(x.new_empty(big_s, big_b, n, dtype=torch.long), x.new_empty(big_s, big_b, dtype=dtype),

@@ -45,8 +45,9 @@ class Chunks(Sequence[slice]):
 
 
 def chunks(total: int, bytes_each: int, budget: int) -> Chunks:
-    """``range(total)`` in chunks of at most ``budget`` bytes, ``bytes_each`` per item (one item at least)."""
-    return Chunks(total, max(1, budget // max(bytes_each, 1)))
+    """``range(total)`` in chunks of at most ``budget`` bytes, ``bytes_each`` per item (one item at least;
+    items of no bytes, e.g. samples of an empty batch, in one chunk)."""
+    return Chunks(total, max(total, 1) if bytes_each <= 0 else max(1, budget // bytes_each))
 
 
 def check_chunk_bytes(value: object) -> int | None:

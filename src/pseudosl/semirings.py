@@ -63,7 +63,7 @@ class Semiring:
 
     @staticmethod
     def sum_differentiable(el: Tensor) -> Tensor:
-        """``(count, N)``: ``sum_e el[:, e]`` of ``el`` ``(count, E, N)``, out of place and differentiable to any order."""
+        """``(count, N)``: ``sum_e el[:, e]`` of ``el`` ``(count, E, N)``, out of place, differentiable to any order."""
         raise NotImplementedError
 
 
