@@ -312,41 +312,41 @@ def test_huge_batch_runs_in_chunks_without_gradients():
 
 
 def test_huge_batch_with_gradients_is_refused_by_name(monkeypatch):
-    import pseudosl.circuit
+    import pseudosl.memory
     circuit, _ = random_circuit(31, 3, 2, 2)
     x = torch.empty(400_000_000, 3, 2, device="meta", requires_grad=True)
-    monkeypatch.setattr(pseudosl.circuit, "_free_bytes", lambda device: 4 << 30)
+    monkeypatch.setattr(pseudosl.memory, "free_bytes", lambda device: 4 << 30)
     with pytest.raises(MemoryError, match=r"batch of 400000000 rows with gradients needs about .* GiB .*"
                                           r"more than the 4.0 GiB free on meta: pass smaller batches.*torch.no_grad"):
         Circuit(circuit.dag).to("meta").log_prob(x)
     cpu = torch.zeros(64, 3, 2, requires_grad=True)
     circuit.chunk_bytes = 1
-    monkeypatch.setattr(pseudosl.circuit, "_free_bytes", lambda device: 1000)
+    monkeypatch.setattr(pseudosl.memory, "free_bytes", lambda device: 1000)
     with pytest.raises(MemoryError, match="rows with gradients"):
         circuit.log_prob(cpu)
-    monkeypatch.setattr(pseudosl.circuit, "_free_bytes", lambda device: 1 << 40)
+    monkeypatch.setattr(pseudosl.memory, "free_bytes", lambda device: 1 << 40)
     circuit.log_prob(cpu).sum().backward()  # fits: runs as before
 
 
 def test_free_memory_is_known_on_linux():
-    from pseudosl.circuit import _free_bytes
-    free = _free_bytes(torch.device("cpu"))
+    from pseudosl.memory import free_bytes
+    free = free_bytes(torch.device("cpu"))
     assert free is None or free > 0
-    assert _free_bytes(torch.device("meta")) is None
+    assert free_bytes(torch.device("meta")) is None
 
 
 def test_huge_batch_without_gradients_is_refused_when_its_result_does_not_fit(monkeypatch):
-    import pseudosl.circuit
+    import pseudosl.memory
     circuit, _ = random_circuit(31, 3, 2, 2)
     circuit = circuit.to("meta")
     circuit.chunk_bytes = 1 << 26
     x = torch.empty(400_000_000, 3, 2, device="meta")
-    monkeypatch.setattr(pseudosl.circuit, "_free_bytes", lambda device: 1 << 30)
+    monkeypatch.setattr(pseudosl.memory, "free_bytes", lambda device: 1 << 30)
     with torch.no_grad(), pytest.raises(MemoryError, match=r"batch of 400000000 rows needs about 3\.0 GiB for its "
-                                                            r"result \(2 value\(s\) per row\) and one chunk .* more "
+                                                            r"result \(400000000, 2\) and one chunk .* more "
                                                             r"than the 1\.0 GiB free on meta: pass smaller batches"):
         circuit.log_prob(x)
-    monkeypatch.setattr(pseudosl.circuit, "_free_bytes", lambda device: 4 << 30)
+    monkeypatch.setattr(pseudosl.memory, "free_bytes", lambda device: 4 << 30)
     with torch.no_grad():
         assert circuit.log_prob(x).shape == (400_000_000, 2)  # fits: one result, filled chunk by chunk
 
@@ -357,8 +357,8 @@ def test_free_memory_counts_the_address_space_limit(tmp_path):
     import resource
     import subprocess
     import sys
-    code = ("import torch; from pseudosl.circuit import _free_bytes; "
-            "print(_free_bytes(torch.device('cpu')))")
+    code = ("import torch; from pseudosl.memory import free_bytes; "
+            "print(free_bytes(torch.device('cpu')))")
     src = str(Path(__file__).resolve().parents[1] / "src")
     limit = 3 << 30
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,

@@ -24,3 +24,22 @@ def require(ok: Tensor, message: str) -> None:
         torch._assert_async(ok, message)
     elif not bool(ok):
         raise ValueError(message)
+
+
+def check_dense(name: str, t: Tensor) -> None:
+    """Refuse a sparse (or nested, or other non-strided) tensor ``t`` by ``name``: every query reads every entry.
+
+    Not densified silently: an entry a sparse tensor leaves out is 0, which for log-probabilities means
+    probability 1 (and for a mask, False); ``t.to_dense()`` says that it is meant.
+    """
+    if t.layout != torch.strided or t.is_nested:
+        kind = "a nested tensor" if t.is_nested else f"layout {t.layout}"
+        raise TypeError(f"{name} must be a dense (strided) tensor, got {kind}: pass {name}.to_dense() if the entries "
+                        f"it leaves out (0, i.e. log-probability 0 = probability 1, or False in a mask) are meant")
+
+
+def check_device(name: str, t: Tensor, device: torch.device) -> None:
+    """Refuse ``t`` unless it is on ``device`` (where the circuit's index tensors are), naming both and the fix."""
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but the circuit is on {device}: move one to the other "
+                         f"({name}.to({str(device)!r}) or circuit.to({name}.device))")

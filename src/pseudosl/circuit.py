@@ -42,8 +42,13 @@ and the AND elements only it uses are one sum-of-products row).
 Memory: a pass needs about ``itemsize x B x (n_slots + largest gather)`` bytes, plus the weights it
 keeps (``sum count x E`` per row) when it goes back down.  Passes without autograd (``log_prob`` under
 ``torch.no_grad()``, the queries) run in chunks of the batch (and of the samples) of at most
-:attr:`Circuit.chunk_bytes`; a differentiable ``log_prob`` whose estimate exceeds the memory free on its
-device is refused with a ``MemoryError`` before anything is allocated.
+:attr:`Circuit.chunk_bytes`, filling one preallocated result; a differentiable ``log_prob`` whose estimate
+exceeds the memory free on its device, or a query whose result would not fit (``sample``'s ``(S, B, n)``),
+is refused with a ``MemoryError`` naming its size before anything is allocated (:mod:`pseudosl.memory`).
+
+Derivatives: the hand-written backward is itself differentiable.  Under ``create_graph=True`` it is the
+gradient of :func:`~pseudosl.semirings.evaluate_differentiable` (plain autograd ops), so second and
+higher derivatives are exact; a plain ``backward()`` runs the fast top-down pass only.
 
 Example:
     >>> import torch, pseudosl
@@ -73,7 +78,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from . import _validation, semirings
+from . import _validation, memory, semirings
 from ._validation import require
 from .logic.dag import Dag, LayerPlan
 from .logic.errors import DEFAULT_MAX_VARS
@@ -124,11 +129,20 @@ class Circuit(nn.Module):
     """Value checks on inputs: ``None`` (default) = on CPU tensors in eager mode only (they would
     synchronise a GPU with the host and break CUDA-graph capture), ``True`` = always, ``False`` = never."""
 
-    chunk_bytes: int | None = None
-    """Working memory (bytes) of one chunk of a pass without autograd: larger batches (and sample counts)
-    are evaluated in chunks of this size, exactly.  ``None`` (default): 64 MiB on a CPU, where chunks
-    that size run faster than one large pass (2.4x on the Sudoku circuit at batch 2048, see
-    docs/benchmarks.md), 2 GiB on other devices.  Set it per circuit."""
+    _chunk_bytes: int | None = None
+
+    @property
+    def chunk_bytes(self) -> int | None:
+        """Working memory (bytes) of one chunk of a pass without autograd: larger batches (and sample counts)
+        are evaluated in chunks of this size, exactly.  ``None`` (default): 64 MiB on a CPU, where chunks
+        that size run faster than one large pass (2.4x on the Sudoku circuit at batch 2048, see
+        docs/benchmarks.md), 2 GiB on other devices.  Set it per circuit, to an int (``64 * 2**20``) or
+        None; anything else (``1e6``, ``"64MB"``, ``0``) is refused when assigned."""
+        return self._chunk_bytes
+
+    @chunk_bytes.setter
+    def chunk_bytes(self, value: int | None) -> None:
+        self._chunk_bytes = memory.check_chunk_bytes(value)
 
     def __init__(self, dag: Dag) -> None:
         super().__init__()
@@ -236,6 +250,8 @@ class Circuit(nn.Module):
         """Type and shape of ``x`` (host-side, free); whether it is the Boolean ``(B, n)`` form."""
         if not isinstance(x, Tensor):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        _validation.check_dense("x", x)
+        _validation.check_device("x", x, self.root_rows.device)
         if not x.is_floating_point():
             raise TypeError(f"x must be a floating-point tensor of log-probabilities, got dtype {x.dtype}")
         n, k = self.n_vars, self.n_values
@@ -286,40 +302,43 @@ class Circuit(nn.Module):
             return self.chunk_bytes
         return 1 << 26 if device.type == "cpu" else 1 << 31
 
-    def _chunks(self, total: int, bytes_each: int, device: torch.device) -> list[slice]:
-        """``range(total)`` cut into slices of at most :attr:`chunk_bytes` (one item at least)."""
-        step = max(1, self._chunk_limit(device) // max(bytes_each, 1))
-        return [slice(i, min(i + step, total)) for i in range(0, total, step)] or [slice(0, 0)]
+    def _chunks(self, total: int, bytes_each: int, device: torch.device) -> memory.Chunks:
+        """``range(total)`` cut into slices of at most :attr:`chunk_bytes` (one item at least), made lazily."""
+        return memory.chunks(total, bytes_each, self._chunk_limit(device))
 
     def _row_bytes(self, x: Tensor, keep: bool) -> int:
         """Estimated working bytes per batch row of a pass (keeping the weights to go back down or not)."""
-        itemsize = 4 if x.dtype in (torch.float16, torch.bfloat16) else x.element_size()
-        return itemsize * (self._pass_slots + (self._kept_slots if keep else 0))
+        return self._itemsize(x) * (self._pass_slots + (self._kept_slots if keep else 0))
 
     def _check_memory(self, x: Tensor) -> None:
         """Refuse, before allocating, a differentiable pass larger than the memory free on ``x``'s device."""
         need = x.shape[0] * self._row_bytes(x, keep=True)
         if need <= self._chunk_limit(x.device) or torch.compiler.is_compiling():
             return
-        free = _free_bytes(x.device)
-        if free is not None and need > free:
-            raise MemoryError(
-                f"log_prob of a batch of {x.shape[0]} rows with gradients needs about {need / 2**30:.1f} GiB "
-                f"({self._pass_slots} node and term values plus {self._kept_slots} kept weights per row, "
-                f"{need // x.shape[0]} bytes), more than the {free / 2**30:.1f} GiB free on {x.device}: pass smaller "
-                f"batches, or evaluate without gradients (under torch.no_grad() the batch runs in chunks of "
-                f"circuit.chunk_bytes = {self._chunk_limit(x.device)} bytes)")
+        memory.check_fits(
+            f"log_prob of a batch of {x.shape[0]} rows with gradients", need, x.device,
+            f"pass smaller batches, or evaluate without gradients (under torch.no_grad() the batch runs in chunks "
+            f"of circuit.chunk_bytes = {self._chunk_limit(x.device)} bytes)",
+            detail=f" ({self._pass_slots} node and term values plus {self._kept_slots} kept weights per row, "
+                   f"{need // x.shape[0]} bytes)")
 
-    def _check_result_memory(self, x: Tensor, chunk_rows: int) -> None:
-        """Refuse, before allocating, a batch whose result and one chunk's pass exceed the memory free on its device."""
-        itemsize = 4 if x.dtype in (torch.float16, torch.bfloat16) else x.element_size()
-        need = x.shape[0] * self.n_roots * itemsize + chunk_rows * self._row_bytes(x, keep=False)
-        free = _free_bytes(x.device)
-        if free is not None and need > free:
-            raise MemoryError(
-                f"log_prob of a batch of {x.shape[0]} rows needs about {need / 2**30:.1f} GiB for its result "
-                f"({self.n_roots} value(s) per row) and one chunk of {chunk_rows} rows, more than the "
-                f"{free / 2**30:.1f} GiB free on {x.device}: pass smaller batches")
+    def _check_result(self, what: str, x: Tensor, result: str, values: int, value_bytes: int, chunk_rows: int,
+                      keep: bool, fix: str) -> None:
+        """Refuse, before any work, a query whose result (``values`` values of ``value_bytes`` bytes in all, in
+        the tensors ``result``) and one chunk's pass exceed the memory free on ``x``'s device, or a tensor."""
+        need = value_bytes + chunk_rows * self._row_bytes(x, keep)
+        if need <= self._chunk_limit(x.device) and values <= memory.MAX_ELEMENTS:
+            return  # within one chunk's budget: no need to ask the device
+        memory.check_fits(what, need, x.device, fix, detail=f" for its result {result} and one chunk of {chunk_rows} "
+                          f"rows", elements=values)
+
+    def _result_dtype(self, x: Tensor) -> torch.dtype:
+        """The dtype of a pass on ``x`` (half precision is evaluated in float32)."""
+        return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+    def _itemsize(self, x: Tensor) -> int:
+        """Bytes per value of a pass on ``x``."""
+        return torch.finfo(self._result_dtype(x)).bits // 8
 
     def forward(self, x: Tensor, semiring: str = "log") -> Tensor:
         """Every root's value under ``semiring``: ``(B, R)``.
@@ -343,7 +362,9 @@ class Circuit(nn.Module):
                                             *self._indices()).t()
         chunks = self._chunks(x.shape[0], self._row_bytes(x, keep=False), x.device)
         if len(chunks) > 1:  # the result is made once and filled chunk by chunk
-            self._check_result_memory(x, chunks[0].stop - chunks[0].start)
+            b, r = x.shape[0], self.n_roots
+            self._check_result(f"log_prob of a batch of {b} rows", x, f"({b}, {r})", b * r, b * r * self._itemsize(x),
+                               chunks[0].stop - chunks[0].start, keep=False, fix="pass smaller batches")
         out = None
         for rows in chunks:
             part = semirings.bottom_up(self._leaves(self._prepared(x, None, rows)), self._meta, self.n_slots,
@@ -379,6 +400,8 @@ class Circuit(nn.Module):
             return
         if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool:
             raise TypeError(f"allowed must be a bool tensor, got {getattr(allowed, 'dtype', type(allowed).__name__)}")
+        _validation.check_dense("allowed", allowed)
+        _validation.check_device("allowed", allowed, x.device)
         if allowed.shape != (x.shape[0], self.n_vars, self.n_values):
             raise ValueError(f"allowed must have shape (B, n, k) = {(x.shape[0], self.n_vars, self.n_values)}, "
                              f"got {tuple(allowed.shape)}")
@@ -416,15 +439,19 @@ class Circuit(nn.Module):
         """
         self._check_query(x, allowed)
         slot = self._root_slot(root)
-        values, log_prob = [], []
-        for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=True), x.device):
+        b, n = x.shape[0], self.n_vars
+        chunks = self._chunks(b, self._row_bytes(x, keep=True), x.device)
+        self._check_result(f"mpe of a batch of {b} rows", x, f"values ({b}, {n}) int64", b * n,
+                           b * (8 * n + self._itemsize(x)), chunks[0].stop - chunks[0].start, keep=True,
+                           fix="pass smaller batches")
+        out = MPE(x.new_empty(b, n, dtype=torch.long), x.new_empty(b, dtype=self._result_dtype(x)))
+        for rows in chunks:
             xc = self._prepared(x, allowed, rows)
             buf, kept = self._up(self._leaves(xc), semirings.MAX)
             leaf_rows = self._down(buf, slot, xc.shape[0], kept.__getitem__)
             v, lp = _scored(xc, self._values(leaf_rows).unsqueeze(0), torch.isneginf(buf[slot]))
-            values.append(v[0])
-            log_prob.append(lp[0])
-        return MPE(torch.cat(values), torch.cat(log_prob))
+            out.values[rows], out.log_prob[rows] = v[0], lp[0]
+        return out
 
     @torch.no_grad()
     def sample(self, x: Tensor, num_samples: int = 1, *, allowed: Tensor | None = None, root: int | None = None,
@@ -455,24 +482,28 @@ class Circuit(nn.Module):
             raise ValueError(f"generator must be a torch.Generator on {x.device.type} (where x is), got "
                              f"{generator.device if isinstance(generator, torch.Generator) else type(generator).__name__}")
         slot = self._root_slot(root)
-        values, log_prob, log_z = [], [], []
-        for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=True), x.device):
+        big_s, big_b, n = num_samples, x.shape[0], self.n_vars
+        chunks = self._chunks(big_b, self._row_bytes(x, keep=True), x.device)
+        self._check_result(f"sample of {big_s} draws for each of {big_b} rows", x,
+                           f"values ({big_s}, {big_b}, {n}) int64 and log_prob ({big_s}, {big_b})",
+                           max(big_s * big_b * n, big_s), big_s * big_b * (8 * n + self._itemsize(x)),
+                           chunks[0].stop - chunks[0].start, keep=True,
+                           fix="draw fewer samples per call (num_samples, e.g. in a loop) or pass smaller batches")
+        dtype = self._result_dtype(x)
+        out = Samples(x.new_empty(big_s, big_b, n, dtype=torch.long), x.new_empty(big_s, big_b, dtype=dtype),
+                      x.new_empty(big_b, dtype=dtype))
+        for rows in chunks:
             xc = self._prepared(x, allowed, rows)
             buf, kept = self._up(self._leaves(xc), semirings.LOG)
             b = xc.shape[0]
-            v_chunk, lp_chunk = [], []
-            for draws in self._chunks(num_samples, b * self._row_bytes(xc, keep=False), x.device):
+            for draws in self._chunks(big_s, b * self._row_bytes(xc, keep=False), x.device):
                 s = draws.stop - draws.start
                 leaf_rows = self._down(buf, slot, s * b, lambda g: None if kept[g] is None else
                                        semirings.sampled_choices(kept[g], s, generator))
-                v, lp = _scored(xc, self._values(leaf_rows).reshape(s, b, self.n_vars),
-                                torch.isneginf(buf[slot]))
-                v_chunk.append(v)
-                lp_chunk.append(lp)
-            values.append(torch.cat(v_chunk))
-            log_prob.append(torch.cat(lp_chunk))
-            log_z.append(buf[slot])
-        return Samples(torch.cat(values, 1), torch.cat(log_prob, 1), torch.cat(log_z))
+                v, lp = _scored(xc, self._values(leaf_rows).reshape(s, b, n), torch.isneginf(buf[slot]))
+                out.values[draws, rows], out.log_prob[draws, rows] = v, lp
+            out.log_partition[rows] = buf[slot]
+        return out
 
     @torch.no_grad()
     def marginals(self, x: Tensor, allowed: Tensor | None = None, *, root: int | None = None) -> Tensor:
@@ -484,13 +515,18 @@ class Circuit(nn.Module):
         """
         self._check_query(x, allowed)
         slot = self._root_slot(root)
-        out = []
-        for rows in self._chunks(x.shape[0], self._row_bytes(x, keep=True), x.device):
+        shape = (x.shape[0], self.n_vars, self.n_values)
+        chunks = self._chunks(shape[0], self._row_bytes(x, keep=True), x.device)
+        self._check_result(f"marginals of a batch of {shape[0]} rows", x, f"{shape}", shape[0] * shape[1] * shape[2],
+                           shape[0] * shape[1] * shape[2] * self._itemsize(x), chunks[0].stop - chunks[0].start,
+                           keep=True, fix="pass smaller batches")
+        out = x.new_empty(shape, dtype=self._result_dtype(x))
+        for rows in chunks:
             xc = self._prepared(x, allowed, rows)
             buf, kept = self._up(self._leaves(xc), semirings.LOG)
             mu = self._down(buf, slot, xc.shape[0], kept.__getitem__).t().reshape(xc.shape)
-            out.append(mu.masked_fill(torch.isneginf(buf[slot]).view(-1, 1, 1), 0.0))
-        return torch.cat(out)
+            out[rows] = mu.masked_fill(torch.isneginf(buf[slot]).view(-1, 1, 1), 0.0)
+        return out
 
     def compiled(self, **options: Any) -> Callable[[Tensor], Tensor]:
         """:meth:`log_prob` compiled with ``torch.compile(fullgraph=True, **options)``, once per circuit.
@@ -503,7 +539,9 @@ class Circuit(nn.Module):
         it is differentiated) as a CUDA graph, cached per batch shape (a replay reuses its output
         memory: clone a result you keep past the next call).  A function of your own compiled once
         and called with many circuits recompiles per circuit (each is a different graph): compile one
-        per circuit, or raise ``torch._dynamo.config.recompile_limit``.
+        per circuit, or raise ``torch._dynamo.config.recompile_limit``.  The compiled pass is differentiable
+        once: ``create_graph=True`` through it is a ``RuntimeError`` saying so (torch.compile traces the
+        backward without a graph), where :meth:`log_prob` gives exact second derivatives.
 
         Example:
             >>> import torch, pseudosl
@@ -515,7 +553,7 @@ class Circuit(nn.Module):
         key = repr(sorted(options.items()))  # options may hold dicts (e.g. options={...}), which do not hash
         cache = self.__dict__.setdefault("_compiled", {})
         if key not in cache:
-            cache[key] = torch.compile(_own_code(self.log_prob), fullgraph=True, **options)
+            cache[key] = _first_order_only(torch.compile(_own_code(self.log_prob), fullgraph=True, **options))
         return cache[key]
 
     def __getstate__(self) -> dict:
@@ -524,22 +562,14 @@ class Circuit(nn.Module):
         return state
 
     def log_prob_reference(self, x: Tensor) -> Tensor:
-        """The same value through plain differentiable torch ops (supports double backward).
+        """The same value through plain differentiable torch ops (:func:`~pseudosl.semirings.evaluate_differentiable`).
 
-        Slower than :meth:`log_prob`; used for entropies and as a cross-check in tests.
+        Slower than :meth:`log_prob`, whose derivatives of every order are the same; a cross-check in tests.
         """
         x = self.categorical_input(x)
         if x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()
-        batch = x.shape[0]
-        cols = [torch.full((1, batch), float("-inf"), dtype=x.dtype, device=x.device),
-                torch.zeros(1, batch, dtype=x.dtype, device=x.device), x.reshape(batch, -1).t()]
-        buf = torch.cat(cols)
-        for (start, count, n_el, n_term), idx in zip(self._meta, self._indices()):
-            el = buf.index_select(0, idx).view(count, n_el, n_term, batch).sum(2)
-            out = el.squeeze(1) if n_el == 1 else _safe_logsumexp(el, 1)
-            buf = torch.cat([buf, out])
-        out = buf.index_select(0, self.root_rows).t()
+        out = semirings.evaluate_differentiable(self._leaves(x), self._meta, self._indices(), self.root_rows).t()
         return out[:, 0] if self.n_roots == 1 else out
 
 
@@ -547,8 +577,10 @@ def apply_allowed(log_probs: Tensor, allowed: Tensor | None) -> Tensor:
     """Set ``log_probs`` to ``-inf`` where ``allowed`` is False (``allowed``: bool ``(B, n, k)``)."""
     if allowed is None:
         return log_probs
-    if allowed.dtype != torch.bool:
-        raise TypeError(f"allowed must be a bool tensor, got dtype {allowed.dtype}")
+    if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool:
+        raise TypeError(f"allowed must be a bool tensor, got {getattr(allowed, 'dtype', type(allowed).__name__)}")
+    _validation.check_dense("allowed", allowed)
+    _validation.check_device("allowed", allowed, log_probs.device)
     if allowed.shape != log_probs.shape:
         raise ValueError(f"allowed must have the shape of the log-probabilities {tuple(log_probs.shape)}, "
                          f"got {tuple(allowed.shape)}")
@@ -562,32 +594,11 @@ def _scored(xc: Tensor, values: Tensor, unsat: Tensor) -> tuple[Tensor, Tensor]:
             log_prob.masked_fill(unsat.view(1, -1), float("-inf")))
 
 
-def _free_bytes(device: torch.device) -> int | None:
-    """Memory free for tensors on ``device`` (None where unknown: meta, other accelerators)."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    if device.type == "cpu":  # Linux; elsewhere unknown
-        try:
-            with open("/proc/meminfo") as f:
-                free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-        except (OSError, StopIteration, ValueError, IndexError):
-            return None
-        return min(free, _address_space_left())
-    return None
-
-
-def _address_space_left() -> int:
-    """What this process may still map under its address-space limit (``ulimit -v``); unlimited: a huge number."""
-    try:
-        import resource
-        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-        if limit == resource.RLIM_INFINITY:
-            return 1 << 62
-        with open("/proc/self/statm") as f:
-            used = int(f.read().split()[0]) * resource.getpagesize()
-        return max(0, limit - used)
-    except (ImportError, OSError, ValueError, IndexError):
-        return 1 << 62
+def _first_order_only(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    """``fn`` whose result refuses ``create_graph=True`` by name (:class:`~pseudosl.semirings.FirstOrderOnly`)."""
+    def call(x: Tensor) -> Tensor:
+        return semirings.FirstOrderOnly.apply(fn(x))
+    return call
 
 
 def _own_code(method: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
@@ -595,16 +606,6 @@ def _own_code(method: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
     def call(x: Tensor) -> Tensor:
         return method(x)
     return types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__, None, call.__closure__)
-
-
-def _safe_logsumexp(x: Tensor, dim: int) -> Tensor:
-    """log-sum-exp whose gradient is 0 (not NaN) where every term is -inf."""
-    m = x.amax(dim, keepdim=True).detach()
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    s = torch.exp(x - m).sum(dim)
-    empty = s == 0
-    out = torch.log(torch.where(empty, torch.ones_like(s), s)) + m.squeeze(dim)
-    return torch.where(empty, torch.full_like(s, float("-inf")), out)
 
 
 def _log1mexp(x: Tensor) -> Tensor:

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._validation import require
+from ._validation import check_dense, require
 from .circuit import Circuit, _log1mexp, apply_allowed
 
 __all__ = ["constraint_log_prob", "product_log_prob", "semantic_loss", "constraint_entropy", "log_probs_from_logits",
@@ -141,7 +141,7 @@ def semantic_loss(circuit: Circuit, logits: Tensor, reduction: Reduction = "mean
 
 
 def constraint_entropy(circuit: Circuit, logits: Tensor, allowed: Tensor | None = None) -> Tensor:
-    """Entropy of ``q(y | alpha)``, ``(B,)``, differentiable (twice-differentiable reference evaluation).
+    """Entropy of ``q(y | alpha)``, ``(B,)``, differentiable (it differentiates :meth:`Circuit.log_prob` twice).
 
     Uses ``H = log Z - sum_{v,c} mu[v,c] * log q_v(c)`` where ``Z = P_q(alpha)`` and
     ``mu = d log Z / d log q`` are the conditional marginals (exact for deterministic circuits).
@@ -151,7 +151,7 @@ def constraint_entropy(circuit: Circuit, logits: Tensor, allowed: Tensor | None 
         raise ValueError(f"constraint_entropy needs a single-rooted circuit, this one has {circuit.n_roots} roots")
     with torch.enable_grad():
         x = lp if lp.requires_grad else lp.detach().requires_grad_()
-        log_z = circuit.log_prob_reference(x)
+        log_z = circuit.log_prob(x)
         (mu,) = torch.autograd.grad(log_z.sum(), x, create_graph=logits.requires_grad)
     finite = torch.where(mu > 0, lp, torch.zeros_like(lp))  # 0 * -inf := 0
     return log_z - (mu * finite).flatten(1).sum(1)
@@ -171,5 +171,6 @@ def reduce_loss(loss: Tensor, reduction: Reduction) -> Tensor:
 def _check_tensor(name: str, t: Tensor) -> None:
     if not isinstance(t, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    check_dense(name, t)
     if not t.is_floating_point():
         raise TypeError(f"{name} must be floating point, got dtype {t.dtype}")

@@ -26,6 +26,12 @@ element only (a ``scatter_add_`` per term).  The weights decide the query:
 * a choice drawn from the kept log weights (:func:`sampled_choices`): an exact sample of
   ``q(. | alpha)``, top-down (each node chooses an element with probability ``exp(element - node)``).
 
+:func:`evaluate_differentiable` is :func:`bottom_up` out of place, in plain differentiable torch ops
+(each semiring's :meth:`Semiring.sum_differentiable`): autograd differentiates it to any order.
+:class:`Evaluate`'s backward is :func:`top_down` when no graph is recorded (``loss.backward()``) and
+the gradient of that path when one is (``create_graph=True``: second derivatives, Hessian-vector
+products, gradient penalties), so derivatives of every order are exact.
+
 In a decomposable circuit a sample's choices reach every variable's leaves exactly once (two
 paths to one node would meet at an AND whose children share that node's variables), so the leaves
 of one column hold a single 1 per variable.  Nothing here reads a tensor value on the host.
@@ -38,7 +44,8 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["LOG", "MAX", "Semiring", "semiring", "bottom_up", "top_down", "sampled_choices", "Evaluate"]
+__all__ = ["LOG", "MAX", "Semiring", "semiring", "bottom_up", "top_down", "sampled_choices", "evaluate_differentiable",
+           "safe_logsumexp", "Evaluate", "FirstOrderOnly"]
 
 Meta = Sequence[tuple[int, int, int, int]]  # (start, count, E, A) per group
 
@@ -52,6 +59,11 @@ class Semiring:
     def sum_into(el: Tensor, buf: Tensor, start: int, count: int, eager: bool, keep: bool) -> Tensor | None:
         """Write ``sum_e el[:, e]`` into ``buf[start:start + count]``; if ``keep``, return the top-down weights
         (:func:`top_down`): ``(count, E, N)`` derivatives, or ``(count, N)`` choices."""
+        raise NotImplementedError
+
+    @staticmethod
+    def sum_differentiable(el: Tensor) -> Tensor:
+        """``(count, N)``: ``sum_e el[:, e]`` of ``el`` ``(count, E, N)``, out of place, differentiable to any order."""
         raise NotImplementedError
 
 
@@ -70,6 +82,10 @@ class _Log(Semiring):
             return None
         return el.sub_(out.unsqueeze(1)).exp_().masked_fill_(torch.isneginf(out).unsqueeze(1), 0.0)
 
+    @staticmethod
+    def sum_differentiable(el: Tensor) -> Tensor:
+        return safe_logsumexp(el, 1)
+
 
 class _Max(Semiring):
     name = "max"
@@ -79,6 +95,10 @@ class _Max(Semiring):
         best, arg = el.max(dim=1)  # ties: any maximiser
         buf[start:start + count] = best
         return arg if keep else None
+
+    @staticmethod
+    def sum_differentiable(el: Tensor) -> Tensor:
+        return el.max(dim=1).values  # the gradient goes to the element sum_into chooses
 
 
 LOG: Semiring = _Log()
@@ -117,6 +137,33 @@ def bottom_up(leaves: Tensor, meta: Meta, n_slots: int, indices: Sequence[Tensor
             if kept is not None:
                 kept.append(k)
     return buf
+
+
+def evaluate_differentiable(leaves: Tensor, meta: Meta, indices: Sequence[Tensor], roots: Tensor,
+                            sr: Semiring = LOG) -> Tensor:
+    """The roots' values ``(R, N)`` from the leaves ``(n*k, N)`` in plain differentiable torch ops.
+
+    The loop of :func:`bottom_up` out of place: autograd records it, so it has derivatives of every
+    order (NaN-free where values are ``-inf``, as the hand-written backward).  Each group's values are
+    appended to the buffer (a copy of it per group, and autograd keeps every element value): slower
+    and larger than :class:`Evaluate`, which uses it only to differentiate its own backward.
+    """
+    batch = leaves.shape[1]
+    buf = torch.cat([leaves.new_full((1, batch), float("-inf")), leaves.new_zeros(1, batch), leaves])
+    for (start, count, n_el, n_term), idx in zip(meta, indices):
+        el = _element_values(buf, idx, count, n_el, n_term)
+        buf = torch.cat([buf, el.squeeze(1) if n_el == 1 else sr.sum_differentiable(el)])  # rows start:start+count
+    return buf.index_select(0, roots)
+
+
+def safe_logsumexp(x: Tensor, dim: int) -> Tensor:
+    """log-sum-exp whose derivatives (of every order) are 0, not NaN, where every term is -inf."""
+    m = x.amax(dim, keepdim=True).detach()
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    s = torch.exp(x - m).sum(dim)
+    empty = s == 0
+    out = torch.log(torch.where(empty, torch.ones_like(s), s)) + m.squeeze(dim)
+    return torch.where(empty, torch.full_like(s, float("-inf")), out)
 
 
 def _element_values(buf: Tensor, idx: Tensor, count: int, n_el: int, n_term: int) -> Tensor:
@@ -179,21 +226,52 @@ class Evaluate(torch.autograd.Function):
     Every tensor it needs is an argument (``meta`` is a tuple of Python ints, ``name`` a string), so
     ``torch.compile`` traces it into one graph and CUDA graphs can capture it: nothing in either pass
     reads a tensor value on the host.
+
+    The backward pass is differentiable: where autograd records it (``create_graph=True``, so grad mode
+    is on inside it) it is the gradient of :func:`evaluate_differentiable` at the saved leaves instead of
+    :func:`top_down`, the same values to rounding, so second (and higher) derivatives are exact.  Without
+    ``create_graph`` the fast :func:`top_down` runs and nothing more is kept than the weights.
     """
 
     @staticmethod
     def forward(ctx, leaves: Tensor, name: str, meta: tuple, n_slots: int, roots: Tensor, *indices: Tensor) -> Tensor:
         kept: list[Tensor | None] = []
         buf = bottom_up(leaves, meta, n_slots, indices, semiring(name), kept)  # (n_slots, N)
-        ctx.name, ctx.meta, ctx.n_slots, ctx.n_leaf = name, meta, n_slots, leaves.shape[0]
-        ctx.save_for_backward(roots, *indices, *kept)
+        ctx.name, ctx.meta, ctx.n_slots = name, meta, n_slots
+        ctx.save_for_backward(leaves, roots, *indices, *kept)
         return buf.index_select(0, roots)  # (R, N)
 
     @staticmethod
     def backward(ctx, grad_roots: Tensor):  # (R, N)
-        roots, *saved = ctx.saved_tensors
+        leaves, roots, *saved = ctx.saved_tensors
         indices, kept = saved[:len(ctx.meta)], saved[len(ctx.meta):]
-        grad = grad_roots.new_zeros(ctx.n_slots, grad_roots.shape[1])
-        grad.index_add_(0, roots, grad_roots)
-        top_down(grad, ctx.meta, indices, lambda g: kept[g])
-        return (grad[2:2 + ctx.n_leaf], None, None, None, None) + (None,) * len(indices)
+        if torch.is_grad_enabled():  # create_graph=True: a backward autograd can differentiate again
+            values = evaluate_differentiable(leaves, ctx.meta, indices, roots, semiring(ctx.name))
+            grad_leaves, = torch.autograd.grad(values, leaves, grad_roots, create_graph=True)
+        else:
+            grad = grad_roots.new_zeros(ctx.n_slots, grad_roots.shape[1])
+            grad.index_add_(0, roots, grad_roots)
+            grad_leaves = top_down(grad, ctx.meta, indices, lambda g: kept[g])[2:2 + leaves.shape[0]]
+        return (grad_leaves, None, None, None, None) + (None,) * len(indices)
+
+
+class FirstOrderOnly(torch.autograd.Function):
+    """The identity, whose backward refuses ``create_graph=True`` by name; it guards :meth:`Circuit.compiled`.
+
+    ``torch.compile`` traces :class:`Evaluate`'s backward once, with no graph recorded, so a second
+    derivative through a compiled pass would silently miss the circuit's part (backends ``eager`` and
+    ``aot_eager``; inductor refuses with a message about donated buffers).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        if torch.is_grad_enabled():
+            raise RuntimeError("circuit.compiled() is differentiable once: torch.compile traces the circuit's backward "
+                               "pass without recording a graph, so create_graph=True (second derivatives, gradient "
+                               "penalties, Hessian-vector products) through it would be wrong; call circuit.log_prob "
+                               "(not compiled), whose derivatives of every order are exact")
+        return grad
