@@ -21,6 +21,7 @@ import hashlib
 import os
 import tempfile
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Callable
 
@@ -104,7 +105,7 @@ def cached_arrays(key_parts: object, build: Callable[[], dict[str, np.ndarray]],
                 if str(f["__key__"]) != key or str(f["__checksum__"]) != _checksum(arrays):
                     raise ValueError("its key or checksum does not match")
             return arrays
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
             warnings.warn(f"ignoring an unreadable or mismatching cache entry {path} ({e}); rebuilding it")
     arrays = {name: np.asarray(a) for name, a in build().items()}
     try:

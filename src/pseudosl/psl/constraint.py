@@ -141,7 +141,9 @@ class ValueMap:
         top = log_scores.new_full((*log_scores.shape[:-1], self.n_values), float("-inf"))
         top = top.scatter_reduce(-1, index, log_scores.detach(), "amax").nan_to_num(0.0, posinf=0.0, neginf=0.0)
         sums = log_scores.new_zeros(top.shape).scatter_add(-1, index, (log_scores - top.gather(-1, index)).exp())
-        return sums.log() + top
+        # a class of -inf scores is -inf with a zero gradient (log(0) would send NaN back through its zero sum)
+        empty = sums == 0
+        return torch.where(empty, float("-inf"), sums.masked_fill(empty, 1.0).log() + top)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, ValueMap) and self.vocab_size == other.vocab_size
