@@ -23,7 +23,6 @@ hash of the tokens' byte strings.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from typing import Any, Sequence
 
@@ -100,12 +99,14 @@ def token_byte_strings(tokenizer: Any, vocab_size: int | None = None) -> list[by
     Refuses (naming the fix) a tokenizer that is not a fast Hugging Face tokenizer or ``tokenizers.Tokenizer``, one
     whose decoder is not ``ByteLevel``, and one whose ``decode`` cleans up tokenization spaces.
     """
+    from tokenizers import decoders
+
     backend = _backend(tokenizer)
-    decoder = json.loads(backend.to_str()).get("decoder") or {}
-    if decoder.get("type") != "ByteLevel":
+    if not isinstance(backend.decoder, decoders.ByteLevel):
+        name = type(backend.decoder).__name__ if backend.decoder is not None else "missing"
         raise ValueError(f"no_forbidden_words reads byte-level BPE tokenizers (a ByteLevel decoder: GPT-2, SmolLM2, "
-                         f"Llama 3, Qwen); this tokenizer's decoder is {decoder.get('type') or 'missing'!s}, whose "
-                         "decoded text is not a concatenation of per-token bytes")
+                         f"Llama 3, Qwen); this tokenizer's decoder is {name}, whose decoded text is not a "
+                         "concatenation of per-token bytes")
     vocab = backend.get_vocab(with_added_tokens=True)
     n_tokens = max(vocab.values()) + 1 if vocab else 0
     size = n_tokens if vocab_size is None else check_int("vocab_size", vocab_size, low=2)
@@ -114,10 +115,11 @@ def token_byte_strings(tokenizer: Any, vocab_size: int | None = None) -> list[by
                          "vocabulary size (at least the tokenizer's)")
     special = {i for i, t in backend.get_added_tokens_decoder().items() if t.special}
     to_byte = _byte_level_alphabet()
+    alphabet, table = frozenset(to_byte), {ord(c): b for c, b in to_byte.items()}
     out: list[bytes | None] = [None] * size
     for text, i in vocab.items():
-        if i not in special:
-            out[i] = bytes(to_byte[c] for c in text) if all(c in to_byte for c in text) else text.encode()
+        if i not in special:  # as the ByteLevel decoder: the bytes of its alphabet, else the token's UTF-8
+            out[i] = text.translate(table).encode("latin-1") if alphabet.issuperset(text) else text.encode()
     return out
 
 
