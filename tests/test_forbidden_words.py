@@ -96,6 +96,12 @@ def test_lifted_automaton_matches_the_regex_on_token_sequences(words, tokens, se
         assert dfa.accepts(lifted.lookup[seq].tolist()) == (not regex_contains(text, words, ignore_case)), (seq, text)
 
 
+def test_a_vocabulary_whose_tokens_all_act_alike_still_gets_two_values():
+    lifted = lift_to_tokens(words_byte_automaton(["zzz"]), [b"a", b"b", b"c"])
+    assert lifted.lookup.tolist() == [0, 0, 1] and lifted.dfa.n_values == 2
+    assert (lifted.dfa.to_dense().delta[:, 0] == lifted.dfa.to_dense().delta[:, 1]).all()
+
+
 @lru_cache(maxsize=1)
 def byte_level_tokenizer():
     """A byte-level BPE trained offline on sentences that hold the words in several spellings, with two special
@@ -198,7 +204,7 @@ def test_the_automaton_is_cached_by_content(monkeypatch, tmp_path):
 def tiny_tokenizer():
     from tokenizers import AddedToken, Tokenizer, decoders, models
 
-    tok = Tokenizer(models.BPE({"a": 0, "b": 1, "\u0120": 2, "ab": 3, "\u00c4": 4, "\u00b0": 5}, []))
+    tok = Tokenizer(models.BPE({"a": 0, "b": 1, "\u0120": 2, "ab": 3, "\u00c4": 4, "\u00b0": 5, "x": 6, "y": 7, ".": 8}, []))
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken("<s>", special=True)])
     return tok
@@ -209,6 +215,7 @@ def test_window_agrees_with_the_regex_on_every_sequence_by_brute_force(words, ig
     tok = tiny_tokenizer()
     V, n = tok.get_vocab_size(), 4
     c = no_forbidden_words(words, tok, ignore_case=ignore_case, cache=False)
+    assert not c.value_map.is_catch_all  # "x" and "y" act alike, so do "." and " " for some lists
     window = c.window(n, cache=False)
     seqs = oracle.assignments(n, V)
     truth = np.array([not regex_contains(tok.decode(s.tolist(), skip_special_tokens=True), words, ignore_case)
@@ -305,3 +312,16 @@ def test_engines_that_need_a_catch_all_value_refuse_a_general_partition():
     vm = ValueMap.from_classes([0, 0, 1, 1, 2, 2])
     with pytest.raises(NotImplementedError, match="CausalLMEngine handles value maps of D distinguished tokens"):
         pseudosl.CausalLMEngine(gpt2, torch.tensor([[0]]), value_map=vm)
+
+
+def test_constrained_sample_refuses_a_general_partition_by_name():
+    from pseudosl import compile_automaton, constrained_sample
+    from pseudosl.logic.automaton import forbidden_words_dfa
+    from pseudosl.psl import LogJointEngine
+
+    vm = ValueMap.from_classes([0, 0, 1, 1, 2, 2])
+    circuit = compile_automaton(forbidden_words_dfa([[0, 1]], 3), 3, cache=False)
+    engine = LogJointEngine(lambda y, example: torch.zeros(y.shape[0]), n_values=6)
+    engine.value_map, engine.n_values = vm, vm.n_values
+    with pytest.raises(NotImplementedError, match="constrained_sample handles value maps of D distinguished"):
+        constrained_sample(engine, circuit, torch.zeros(2, 3, dtype=torch.long))
