@@ -12,7 +12,6 @@ import oracle
 from conftest import ATOL64
 from checks import assert_matches_oracle, random_log_weights
 from pseudosl import DFA, compile_automaton
-from pseudosl.compile import no_forbidden_words
 from pseudosl.logic.automaton import forbidden_words_dfa
 
 
@@ -58,7 +57,7 @@ def test_forbidden_words_match_oracle(k_words, n, seed):
     dfa = forbidden_words_dfa(words, k)
     for y in oracle.assignments(n, k)[:50]:
         assert dfa.accepts(y) == (not any(occurs(w, y) for w in words))
-    c = no_forbidden_words(words, n, k, cache=False)
+    c = compile_automaton(dfa, n, cache=False)
     c.check()
     assert_matches_oracle(c, [truth], random_log_weights(seed, 2, n, k, normalised=True))
 
@@ -82,8 +81,8 @@ def test_aho_corasick_overlaps():
 def test_catch_all_value_folding():
     # values 2..9 occur in no word: fold them into one value and the circuit is exact
     words = [[0, 1], [1, 1, 0]]
-    full = no_forbidden_words(words, 4, 10, cache=False)
-    folded = no_forbidden_words(words, 4, 3, cache=False)
+    full = compile_automaton(forbidden_words_dfa(words, 10), 4, cache=False)
+    folded = compile_automaton(forbidden_words_dfa(words, 3), 4, cache=False)
     x = random_log_weights(3, 2, 4, 10, normalised=True)
     x_folded = torch.cat([x[..., :2], x[..., 2:].logsumexp(-1, keepdim=True)], -1)
     torch.testing.assert_close(full.log_prob(x), folded.log_prob(x_folded), atol=ATOL64, rtol=0)
@@ -136,3 +135,13 @@ def test_transition_and_word_errors():
         compile_automaton("not a dfa", 3)
     with pytest.raises(ValueError, match="n_positions"):
         compile_automaton(forbidden_words_dfa([[0]], 2), 0, cache=False)
+
+
+def test_the_old_compile_no_forbidden_words_warns_and_names_its_replacement():
+    from pseudosl.compile import no_forbidden_words
+
+    with pytest.warns(DeprecationWarning, match="use pseudosl.no_forbidden_sequences"):
+        old = no_forbidden_words([[0, 1]], 4, 3, cache=False)
+    new = compile_automaton(forbidden_words_dfa([[0, 1]], 3), 4, cache=False)
+    x = random_log_weights(0, 2, 4, 3, normalised=True)
+    torch.testing.assert_close(old.log_prob(x), new.log_prob(x), atol=ATOL64, rtol=0)

@@ -19,7 +19,7 @@ from checks import (assert_queries_match_oracle, assert_samples_match_oracle, ra
                     sample_fit)
 from conftest import ATOL64
 from pseudosl import Circuit, CircuitBuilder, compile_automaton, compile_cnf, constraints
-from pseudosl.compile import no_forbidden_words
+from pseudosl.logic.automaton import forbidden_words_dfa
 from pseudosl.logic.dag import FALSE
 from test_automaton import dfas, simulate
 from test_circuit import random_circuit
@@ -77,7 +77,7 @@ def builder_cases():
     yield ("all_different 3 of 5 values", constraints.compile_all_different(3, 5, [[0, 1, 2]]),
            [lambda y: len(set(y)) == 3])
     words = [[1, 2], [0, 0, 0]]
-    yield ("no_forbidden_words", no_forbidden_words(words, n_positions=5, n_values=3, cache=False),
+    yield ("forbidden_words_dfa", compile_automaton(forbidden_words_dfa(words, 3), 5, cache=False),
            [lambda y: not any(tuple(y[i:i + len(w)]) == tuple(w) for w in words for i in range(6 - len(w)))])
 
 

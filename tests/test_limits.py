@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 import pseudosl
-from pseudosl.compile import no_forbidden_words
 from pseudosl.constraints import simple_path
 from pseudosl.logic.automaton import forbidden_words_dfa
 from pseudosl.logic.errors import SizeLimitError
@@ -21,12 +20,12 @@ from pseudosl.logic.errors import SizeLimitError
 def test_automaton_size_is_estimated_before_building():
     with pytest.raises(SizeLimitError, match=r"over 100,000,000 positions needs circuit edges numbering about "
                                              r"[\d,]+, above max_edges=20,000,000"):
-        no_forbidden_words([[0, 1]], n_positions=10**8, n_values=2, cache=False)
+        pseudosl.compile_automaton(forbidden_words_dfa([[0, 1]], 2), 10**8, cache=False)
     with pytest.raises(SizeLimitError, match="transition table .* above max_edges=20,000,000 .*catch-all value"):
         forbidden_words_dfa([[0, 1]], n_values=10**9)
     with pytest.raises(SizeLimitError, match="max_edges=10"):
-        no_forbidden_words([[0, 1]], n_positions=6, n_values=3, cache=False, max_edges=10)
-    assert no_forbidden_words([[0, 1]], n_positions=6, n_values=3, cache=False, max_edges=None).n_vars == 6
+        pseudosl.compile_automaton(forbidden_words_dfa([[0, 1]], 3), 6, cache=False, max_edges=10)
+    assert pseudosl.compile_automaton(forbidden_words_dfa([[0, 1]], 3), 6, cache=False, max_edges=None).n_vars == 6
 
 
 def test_simple_path_states_are_bounded():
@@ -37,7 +36,6 @@ def test_simple_path_states_are_bounded():
 
 HUGE_INPUTS = textwrap.dedent("""
     import sys, numpy as np, pseudosl
-    from pseudosl.compile import no_forbidden_words
     from pseudosl.logic.automaton import forbidden_words_dfa
     from pseudosl.logic.formula import Var
     tmp = sys.argv[1]
@@ -52,7 +50,7 @@ HUGE_INPUTS = textwrap.dedent("""
         "Var(10**6)": lambda: pseudosl.compile_formula(Var(10**6)),
         "literal 2**70": lambda: pseudosl.compile_cnf([[2**70]]),
         "CircuitBuilder(10**9)": lambda: pseudosl.CircuitBuilder(10**9),
-        "10**8 positions": lambda: no_forbidden_words([[0, 1]], n_positions=10**8, n_values=2),
+        "10**8 positions": lambda: pseudosl.compile_automaton(forbidden_words_dfa([[0, 1]], 2), 10**8),
         "10**9 values": lambda: forbidden_words_dfa([[0, 1]], n_values=10**9),
         ".sdd literal 2**70": lambda: pseudosl.Circuit.from_sdd_file(f"{tmp}/big.sdd"),
         ".npz with 2e9 variables": lambda: pseudosl.Circuit.load(f"{tmp}/huge.npz"),

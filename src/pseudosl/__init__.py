@@ -19,7 +19,8 @@ from .logic.builder import CircuitBuilder
 from .logic.formula import variables
 from .losses import constraint_log_prob, semantic_loss
 from .psl import (CausalLMEngine, Constraint, Engine, RecurrentDecoder, RecurrentEngine, ValueMap, as_engine,
-                  constrained_sample, local_fidelity, no_forbidden_sequences, pseudo_semantic_loss, sample_satisfies)
+                  constrained_sample, local_fidelity, no_forbidden_sequences, no_forbidden_words,
+                  pseudo_semantic_loss, sample_satisfies)
 
 __all__ = [
     # constraints -> circuits
@@ -37,6 +38,7 @@ __all__ = [
     "Constraint",
     "ValueMap",
     "no_forbidden_sequences",
+    "no_forbidden_words",
     "sample_satisfies",
     # losses
     "constraint_log_prob",

@@ -21,6 +21,7 @@ import hashlib
 import os
 import tempfile
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Callable
 
@@ -29,7 +30,7 @@ import numpy as np
 from .circuit import Circuit
 from .logic.dag import Dag
 
-__all__ = ["cache_dir", "cache_key", "cached_circuit", "FORMAT_VERSION"]
+__all__ = ["cache_dir", "cache_key", "cached_arrays", "cached_circuit", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 2  # bump when the circuit construction or the saved format changes (2: key and checksum stored)
 
@@ -84,6 +85,50 @@ def cached_circuit(key_parts: object, build: Callable[[], Circuit], *, enabled: 
         warnings.warn(f"could not write the circuit cache at {path.parent} ({e}); "
                       f"set PSEUDOSL_CACHE to a writable folder or pass cache=False")
     return circuit
+
+
+def cached_arrays(key_parts: object, build: Callable[[], dict[str, np.ndarray]], *,
+                  enabled: bool = True) -> dict[str, np.ndarray]:
+    """Load the named arrays cached under ``key_parts`` or build, save and return them (an automaton, say).
+
+    Saved like a circuit (temporary file, then renamed) with the key and a SHA-256 of the arrays, both checked
+    on load: a mismatching or unreadable entry is rebuilt and replaced with a warning.
+    """
+    if not enabled:
+        return build()
+    key = cache_key(("arrays", key_parts))
+    path = cache_dir() / f"{key}.npz"
+    if path.is_file():
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                arrays = {name: f[name] for name in f.files if not name.startswith("__")}
+                if str(f["__key__"]) != key or str(f["__checksum__"]) != _checksum(arrays):
+                    raise ValueError("its key or checksum does not match")
+            return arrays
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+            warnings.warn(f"ignoring an unreadable or mismatching cache entry {path} ({e}); rebuilding it")
+    arrays = {name: np.asarray(a) for name, a in build().items()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
+        os.close(fd)
+        try:
+            np.savez(tmp, __key__=np.array(key), __checksum__=np.array(_checksum(arrays)), **arrays)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError as e:
+        warnings.warn(f"could not write the cache at {path.parent} ({e}); "
+                      f"set PSEUDOSL_CACHE to a writable folder or pass cache=False")
+    return arrays
+
+
+def _checksum(arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    _feed(h, [(name, arrays[name]) for name in sorted(arrays)])
+    return h.hexdigest()
 
 
 def _checked(circuit: object) -> Circuit:

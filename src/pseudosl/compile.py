@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -30,7 +31,7 @@ from .logic.errors import (DEFAULT_MAX_EDGES, DEFAULT_MAX_NODES, DEFAULT_MAX_VAR
 from .logic.formula import Formula, dag_key
 from .logic.sddcompile import VTREE_TYPES, compile_with_pysdd
 
-__all__ = ["compile_cnf", "compile_formula", "compile_categorical", "compile_automaton", "no_forbidden_words"]
+__all__ = ["compile_cnf", "compile_formula", "compile_categorical", "compile_automaton"]
 
 
 def compile_cnf(path_or_clauses: str | Path | Sequence[Sequence[int]], n_vars: int | None = None, *,
@@ -216,14 +217,16 @@ def compile_automaton(dfa: DFA | SparseDFA, n_positions: int, *, cache: bool = T
 
 def no_forbidden_words(words: Sequence[Sequence[int]], n_positions: int, n_values: int, *,
                        cache: bool = True, max_edges: int | None = DEFAULT_MAX_EDGES) -> Circuit:
-    """Circuit over ``n_positions`` positions: no word of ``words`` occurs contiguously.
+    """Deprecated: ``pseudosl.no_forbidden_sequences`` (token-id sequences over a vocabulary, folded) replaces it.
 
-    See :func:`~pseudosl.logic.automaton.forbidden_words_dfa` (fold large vocabularies first);
-    ``max_edges`` bounds both the DFA's table and the circuit (see :func:`compile_automaton`).
-
-    Example:
-        >>> circuit = no_forbidden_words([[0, 1], [2, 2]], n_positions=6, n_values=3)
+    The circuit over ``n_positions`` positions with ``n_values`` values in which no sequence of ``words`` occurs,
+    i.e. ``compile_automaton(forbidden_words_dfa(words, n_values), n_positions)``.  The name now belongs to
+    :func:`pseudosl.no_forbidden_words`, which forbids words in decoded text.
     """
+    warnings.warn("pseudosl.compile.no_forbidden_words is deprecated: use pseudosl.no_forbidden_sequences for "
+                  "token-id sequences (or compile_automaton(forbidden_words_dfa(words, n_values), n_positions) for "
+                  "a bare circuit); pseudosl.no_forbidden_words now forbids words in decoded text",
+                  DeprecationWarning, stacklevel=2)
     n_positions = check_int("n_positions", n_positions, low=1)
     return compile_automaton(forbidden_words_dfa(words, n_values, max_edges=max_edges), n_positions, cache=cache,
                              max_edges=max_edges)

@@ -7,6 +7,8 @@
 * :mod:`.decoder`     -- :class:`RecurrentDecoder`, the experiments' recurrent decoder,
 * :mod:`.causal_lm`   -- :class:`CausalLMEngine` (Hugging Face causal LMs, key/value-cache reuse),
 * :mod:`.constraint`  -- :class:`Constraint` (a circuit and its :class:`ValueMap`), :func:`no_forbidden_sequences`,
+  :class:`AutomatonConstraint` (an automaton over a model's values, any length),
+* :mod:`.words`       -- :func:`no_forbidden_words`: words in the decoded text, under any tokenization,
 * :mod:`.neighbours`  -- the generic local conditionals (the reference every engine is tested against),
 * :mod:`.loss`        -- :func:`pseudo_semantic_loss` and its diagnostics,
 * :mod:`.sampling`    -- drawing values from logits,
@@ -27,6 +29,7 @@ from .neighbours import local_conditionals, neighbours
 from .recurrent import EmbeddingSteps, RecurrentEngine, RecurrentSteps
 from .resample import ResampleDiagnostics, UnsatisfiableError, constrained_sample
 from .sampling import sample_autoregressive, sample_from_logits
+from .words import no_forbidden_words
 
 __all__ = [
     "AutomatonConstraint",
@@ -52,6 +55,7 @@ __all__ = [
     "local_fidelity",
     "neighbours",
     "no_forbidden_sequences",
+    "no_forbidden_words",
     "pseudo_semantic_loss",
     "sample_autoregressive",
     "sample_from_logits",

@@ -149,6 +149,8 @@ class CausalLMEngine(Engine):
             raise ValueError(f"value_map.vocab_size={value_map.vocab_size} differs from the model's {self.vocab_size}")
         if value_map is not None and n_values is not None:
             raise ValueError("pass value_map (folded tokens) or n_values (tokens 0..n_values-1), not both")
+        if value_map is not None:
+            value_map.require_catch_all("CausalLMEngine")
         if value_map is not None and not 0 <= top_k <= self.vocab_size - value_map.n_values:
             raise ValueError(f"top_k must lie in 0..{self.vocab_size - value_map.n_values} "
                              f"(vocabulary minus distinguished tokens minus the sample), got {top_k}")

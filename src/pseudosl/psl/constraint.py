@@ -42,12 +42,21 @@ __all__ = ["AutomatonConstraint", "Constraint", "ValueMap", "no_forbidden_sequen
 
 
 class ValueMap:
-    """Token ids -> circuit values: ``tokens[v]`` is value ``v``; every other token is the catch-all ``len(tokens)``.
+    """Token ids -> circuit values: a partition of the vocabulary into ``n_values`` classes, ``lookup[t]`` the class
+    of token ``t``.
+
+    ``ValueMap(tokens, vocab_size)`` is the common case: ``tokens[v]`` is value ``v``, every other token the
+    catch-all value ``other = len(tokens)`` (``D + 1`` values).  :meth:`from_classes` takes any partition (a word
+    list lifted to tokens has one class per behaviour); there ``tokens`` and ``other`` are ``None`` unless the
+    partition has that form.
 
     Example:
         >>> vm = ValueMap([17, 4], vocab_size=50)
         >>> vm.n_values, vm.to_values(torch.tensor([[4, 17, 9]])).tolist()
         (3, [[1, 0, 2]])
+        >>> folded = ValueMap.from_classes([1, 0, 1, 2]).fold(torch.log(torch.tensor([0.1, 0.2, 0.3, 0.4])))
+        >>> [round(p, 4) for p in folded.exp().tolist()]
+        [0.2, 0.4, 0.4]
     """
 
     def __init__(self, tokens: Sequence[int], vocab_size: int) -> None:
@@ -59,18 +68,66 @@ class ValueMap:
             raise ValueError(f"tokens must lie in 0..{vocab_size - 1}, got {toks}")
         if len(toks) >= vocab_size:
             raise ValueError("a value map must leave at least one token for the catch-all value")
-        self.vocab_size = vocab_size
-        self.tokens = torch.tensor(toks, dtype=torch.long)
-        self.n_values = len(toks) + 1
-        self.other = len(toks)
-        self.lookup = torch.full((vocab_size,), self.other, dtype=torch.long)
-        self.lookup[self.tokens] = torch.arange(len(toks))
-        self._copies: dict[torch.device, tuple[Tensor, Tensor]] = {}
+        lookup = torch.full((vocab_size,), len(toks), dtype=torch.long)
+        lookup[torch.tensor(toks, dtype=torch.long)] = torch.arange(len(toks))
+        self._set(lookup, len(toks) + 1)
 
-    def on(self, device: torch.device) -> tuple[Tensor, Tensor]:
+    @classmethod
+    def from_classes(cls, lookup: Sequence[int] | np.ndarray | Tensor) -> "ValueMap":
+        """The value map of a partition: ``lookup (V,)`` gives each token's value; every value ``0 .. K-1`` must
+        have a token, ``K >= 2``."""
+        table = torch.as_tensor(np.asarray(lookup) if not isinstance(lookup, Tensor) else lookup).cpu()
+        if table.dim() != 1 or table.numel() < 2:
+            raise ValueError(f"lookup must be a 1-D list of each token's value, over at least 2 tokens, got shape "
+                             f"{tuple(table.shape)}")
+        if table.is_floating_point() or table.dtype == torch.bool or table.is_complex():
+            raise TypeError(f"lookup must hold integer values, got dtype {table.dtype}")
+        table = table.long()
+        n_values = int(table.max()) + 1
+        if int(table.min()) < 0:
+            raise ValueError(f"lookup holds {int(table.min())}; values are 0 .. n_values-1")
+        empty = torch.bincount(table, minlength=n_values) == 0
+        if empty.any():
+            raise ValueError(f"value {int(empty.nonzero()[0])} has no token in lookup; number the values 0 .. "
+                             f"n_values-1 with each used")
+        if n_values < 2:
+            raise ValueError("lookup puts every token in one value; a circuit variable needs >= 2 values")
+        vm = cls.__new__(cls)
+        vm._set(table.clone(), n_values)
+        return vm
+
+    def _set(self, lookup: Tensor, n_values: int) -> None:
+        self.vocab_size, self.n_values, self.lookup = int(lookup.numel()), n_values, lookup
+        counts = torch.bincount(lookup, minlength=n_values)
+        catch_all = bool((counts[:-1] == 1).all())  # D singletons, then the rest
+        self.other: int | None = n_values - 1 if catch_all else None
+        self.tokens: Tensor | None = None
+        if catch_all:
+            self.tokens = torch.empty(n_values - 1, dtype=torch.long)
+            singles = (lookup < n_values - 1).nonzero().flatten()
+            self.tokens[lookup[singles]] = singles
+        self._copies: dict[torch.device, tuple[Tensor | None, Tensor]] = {}
+
+    @property
+    def is_catch_all(self) -> bool:
+        """Is this map ``D`` distinguished tokens and one catch-all value (``tokens`` and ``other`` set)?"""
+        return self.other is not None
+
+    def require_catch_all(self, what: str) -> None:
+        """Refuse a general partition in ``what``, which handles ``D`` tokens and one catch-all value only."""
+        if not self.is_catch_all:
+            raise NotImplementedError(
+                f"{what} handles value maps of D distinguished tokens and one catch-all value (ValueMap(tokens, "
+                f"vocab_size)); this one folds the vocabulary into {self.n_values} classes, several with many tokens "
+                "(e.g. no_forbidden_words), whose neighbours it cannot yet score exactly or estimate.  Use the "
+                "constraint to check or mask generations (AutomatonConstraint.satisfied, ConstraintLogitsProcessor), "
+                "or no_forbidden_sequences for a catch-all value map")
+
+    def on(self, device: torch.device) -> tuple[Tensor | None, Tensor]:
         """``(tokens, lookup)`` on ``device``, copied there once (a copy per call would wait for a GPU each time)."""
         if device not in self._copies:
-            self._copies[device] = (self.tokens.to(device), self.lookup.to(device))
+            tokens = self.tokens.to(device) if self.tokens is not None else None
+            self._copies[device] = (tokens, self.lookup.to(device))
         return self._copies[device]
 
     def to_values(self, token_ids: Tensor) -> Tensor:
@@ -78,20 +135,27 @@ class ValueMap:
         return self.on(token_ids.device)[1][token_ids]
 
     def fold(self, log_scores: Tensor) -> Tensor:
-        """``(..., V)`` log-scores over tokens -> ``(..., D + 1)``: distinguished tokens, then log-sum-exp of the rest."""
-        tokens, lookup = self.on(log_scores.device)
-        dist = log_scores[..., tokens]
-        rest = log_scores.masked_fill(lookup != self.other, float("-inf"))
-        return torch.cat([dist, rest.logsumexp(-1, keepdim=True)], dim=-1)
+        """``(..., V)`` log-scores over tokens -> ``(..., n_values)``: the log-sum-exp of each class (computed below
+        each class's own maximum, so a class far below the others does not underflow)."""
+        lookup = self.on(log_scores.device)[1]
+        index = lookup.expand_as(log_scores)
+        top = log_scores.new_full((*log_scores.shape[:-1], self.n_values), float("-inf"))
+        top = top.scatter_reduce(-1, index, log_scores.detach(), "amax").nan_to_num(0.0, posinf=0.0, neginf=0.0)
+        sums = log_scores.new_zeros(top.shape).scatter_add(-1, index, (log_scores - top.gather(-1, index)).exp())
+        # a class of -inf scores is -inf with a zero gradient (log(0) would send NaN back through its zero sum)
+        empty = sums == 0
+        return torch.where(empty, float("-inf"), sums.masked_fill(empty, 1.0).log() + top)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, ValueMap) and self.vocab_size == other.vocab_size
-                and torch.equal(self.tokens, other.tokens))
+                and torch.equal(self.lookup, other.lookup))
 
     __hash__ = None  # type: ignore[assignment]  (mutable tensors inside)
 
     def __repr__(self) -> str:
-        return f"ValueMap(n_tokens={len(self.tokens)}, vocab_size={self.vocab_size})"
+        if self.is_catch_all:
+            return f"ValueMap(n_tokens={len(self.tokens)}, vocab_size={self.vocab_size})"
+        return f"ValueMap(n_classes={self.n_values}, vocab_size={self.vocab_size})"
 
 
 def sample_satisfies(circuit: Circuit, values: Tensor, allowed: Tensor | None = None) -> Tensor:

@@ -103,6 +103,8 @@ def _check(engine: Engine, constraint: Circuit | Constraint, mode: str, num_cand
            root: int | None) -> tuple[Circuit, int]:
     """The circuit and the number of candidates, or a named error, before the model runs."""
     circuit = engine_circuit(engine, constraint)
+    if engine.value_map is not None:
+        engine.value_map.require_catch_all("constrained_sample")  # it fills the catch-all value with tokens
     if engine.n_values != circuit.n_values:
         raise ValueError(f"the model has {engine.n_values} values per position but the circuit has "
                          f"{circuit.n_values}; compile the constraint over the model's values (or fold them with a ValueMap)")
