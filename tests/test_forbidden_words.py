@@ -303,25 +303,95 @@ def test_bad_partitions_are_refused(lookup, match):
         ValueMap.from_classes(lookup)
 
 
-def test_engines_that_need_a_catch_all_value_refuse_a_general_partition():
-    from transformers import GPT2Config, GPT2LMHeadModel
+# -- the constraint through a language model: the PSL and constrained sampling ----------------------------------------
+def _token_psl(model, constraint, prompt, y):
+    """Brute force: ``-log sum_{y~ |= alpha} prod_i p(y~_i | y_-i, x)`` over every token sequence (``(B,)``) after the
+    one prompt ``(1, P)``, the token conditionals from the model's own full forward passes, one per neighbour."""
+    from pseudosl.psl import local_conditionals
 
+    V, n = constraint.vocab_size, y.shape[1]
+
+    def log_joint(seqs, example):
+        logits = model(input_ids=torch.cat([prompt.expand(len(seqs), -1), seqs], 1)).logits[:, prompt.shape[1] - 1:-1]
+        return logits.log_softmax(-1).gather(-1, seqs[..., None]).squeeze(-1).sum(-1)
+
+    truth = constraint.satisfied(torch.as_tensor(oracle.assignments(n, V))).numpy()
+    return -oracle.log_wmc(truth, local_conditionals(log_joint, y, n_values=V)), truth
+
+
+@pytest.mark.parametrize("top_k, max_class_size", [(None, 10), ("largest", 1)])
+def test_pseudo_semantic_loss_of_forbidden_words_equals_brute_force_over_tokens(top_k, max_class_size,
+                                                                               float64_default, one_thread):
+    """Every token scored (small classes, or each class's rest one token at most): the PSL of the window over the
+    classes equals the PSL over every token sequence, gradients included."""
     import pseudosl
+    from psl_models import tiny_gpt2
 
-    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=6, n_positions=8)).eval()
-    vm = ValueMap.from_classes([0, 0, 1, 1, 2, 2])
-    with pytest.raises(NotImplementedError, match="CausalLMEngine handles value maps of D distinguished tokens"):
-        pseudosl.CausalLMEngine(gpt2, torch.tensor([[0]]), value_map=vm)
+    tok = tiny_tokenizer()
+    V, n = tok.get_vocab_size(), 3
+    c = no_forbidden_words(["ab", "b a"], tok, cache=False)
+    window = c.window(n, cache=False)
+    assert not c.value_map.is_catch_all
+    gpt2 = tiny_gpt2(16, V, 8).eval()
+    prompt = torch.tensor([[9]])  # <s>
+    y = torch.tensor([[3, 2, 0], [0, 1, 8], [6, 7, 1], [1, 2, 0]])
+    largest = int(torch.bincount(c.value_map.lookup).max())
+    engine = pseudosl.as_engine(gpt2, prompt_ids=prompt, value_map=c.value_map, max_class_size=max_class_size,
+                                top_k=largest - 1 if top_k == "largest" else 0)
+    got = pseudosl.pseudo_semantic_loss(engine, window, y, reduction="none")
+    want, truth = _token_psl(gpt2, window, prompt, y)
+    assert 0 < truth.sum() < len(truth)
+    torch.testing.assert_close(got, want, atol=1e-10, rtol=0)
+    params = [p for p in gpt2.parameters() if p.requires_grad]
+    for a, b in zip(torch.autograd.grad(got.sum(), params), torch.autograd.grad(want.sum(), params)):
+        torch.testing.assert_close(a, b, atol=1e-9, rtol=1e-7)
 
 
-def test_constrained_sample_refuses_a_general_partition_by_name():
-    from pseudosl import compile_automaton, constrained_sample
-    from pseudosl.logic.automaton import forbidden_words_dfa
-    from pseudosl.psl import LogJointEngine
+def test_pseudo_semantic_loss_of_forbidden_words_on_a_byte_level_bpe(float64_default, one_thread):
+    """A 330-token byte-level BPE: exact settings equal brute force over all V**2 token pairs; the default settings
+    (each large class: one neighbour for its rest) give a finite loss and gradients near it."""
+    import pseudosl
+    from psl_models import tiny_gpt2
 
-    vm = ValueMap.from_classes([0, 0, 1, 1, 2, 2])
-    circuit = compile_automaton(forbidden_words_dfa([[0, 1]], 3), 3, cache=False)
-    engine = LogJointEngine(lambda y, example: torch.zeros(y.shape[0]), n_values=6)
-    engine.value_map, engine.n_values = vm, vm.n_values
-    with pytest.raises(NotImplementedError, match="constrained_sample handles value maps of D distinguished"):
-        constrained_sample(engine, circuit, torch.zeros(2, 3, dtype=torch.long))
+    tok = byte_level_tokenizer()
+    V, n = len(tok), 2
+    c = no_forbidden_words(BPE_WORDS, tok, cache=False)
+    window = c.window(n, cache=False)
+    gpt2 = tiny_gpt2(16, V, 8).eval()
+    prompt = torch.tensor([[tok.eos_token_id]])
+    y = torch.tensor([tok.encode(" bitch") + tok.encode(" the"), tok.encode("darn")[:1] + tok.encode(" it")[:1]])[:, :n]
+    want, truth = _token_psl(gpt2, window, prompt, y)
+    assert 0 < truth.sum() < len(truth)
+    largest = int(torch.bincount(c.value_map.lookup).max())
+    exact = pseudosl.as_engine(gpt2, prompt_ids=prompt, value_map=c.value_map, top_k=largest - 1)
+    torch.testing.assert_close(pseudosl.pseudo_semantic_loss(exact, window, y, reduction="none"), want,
+                               atol=1e-10, rtol=0)
+    default = pseudosl.as_engine(gpt2, prompt_ids=prompt, value_map=c.value_map)
+    assert default.n_candidates < V // 2  # the classes, not the vocabulary
+    approx = pseudosl.pseudo_semantic_loss(default, window, y, reduction="none")
+    assert torch.isfinite(approx).all() and (approx - want).abs().max() < 0.1
+    (g,) = torch.autograd.grad(approx.sum(), [gpt2.lm_head.weight])
+    assert torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("mode", ["resample", "mpe"])
+def test_constrained_sample_of_forbidden_words_gives_tokens_that_satisfy_them(mode, float64_default, one_thread):
+    import pseudosl
+    from psl_models import tiny_gpt2
+
+    tok = tiny_tokenizer()
+    n = 4
+    c = no_forbidden_words(["ab", "b a"], tok, cache=False)
+    window = c.window(n, cache=False)
+    gpt2 = tiny_gpt2(16, tok.get_vocab_size(), 8).eval()
+    with torch.no_grad():
+        gpt2.lm_head.weight[:, :] = 0.0
+        gpt2.lm_head.weight[3, 0] = gpt2.lm_head.weight[2, 0] = 50.0  # "ab" and " ": the model writes the word
+        gpt2.transformer.ln_f.bias[0] = 1.0
+    engine = pseudosl.as_engine(gpt2, prompt_ids=torch.tensor([[9]]), value_map=c.value_map)
+    anchors = engine.sample(batch_size=32, length=n, generator=torch.Generator().manual_seed(0))
+    assert (~c.satisfied(anchors)).sum() >= 8
+    kw = dict(num_candidates=4) if mode == "resample" else {}
+    y = pseudosl.constrained_sample(engine, window, anchors, mode=mode, generator=torch.Generator().manual_seed(1),
+                                    **kw)
+    assert y.shape == (32, n) and c.satisfied(y).all() and window.satisfied(y).all()

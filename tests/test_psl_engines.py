@@ -9,7 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import oracle
 from checks import assert_no_host_sync
 from psl_models import circuit_from_truth, tiny_gpt2
-from pseudosl.psl import (CausalLMEngine, RecurrentDecoder, ValueMap, as_engine, local_conditionals,
+from pseudosl.psl import (CausalLMEngine, Constraint, RecurrentDecoder, ValueMap, as_engine, local_conditionals,
                           pseudo_semantic_loss, sample_autoregressive, sample_from_logits)
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -516,3 +516,122 @@ def test_a_callers_autocast_does_not_reach_the_engine():
             loss = pseudo_semantic_loss(dec.engine(ctx, fused=fused), circuit, y)
         assert loss.dtype == torch.float32
         loss.backward()
+
+
+# -- a general partition of the vocabulary (ValueMap.from_classes) -------------------------------------------------
+CLASSES = [3, 0, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3]  # 12 tokens in classes of 1, 2, 3 and 6 tokens
+PAIRS = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+
+
+def _reference_conditionals(model, prompt, y):
+    """Brute force from the model's own forward passes: ``(B, n, V)`` token conditionals ``log p(y_i = c | y_-i)`` and
+    ``(B, n, V)`` next-token log-probabilities ``log p(c | x, y_<i)``."""
+    ref = _reference_log_joint(model, prompt)
+    cond = local_conditionals(ref, y, n_values=model.config.vocab_size)
+    prefix = model(input_ids=torch.cat([prompt, y], 1)).logits[:, prompt.shape[1] - 1:-1].log_softmax(-1)
+    return cond, prefix
+
+
+def _documented_estimate(cond, prefix, y, lookup, top_k, max_class_size):
+    """The engine's folded conditionals as the module docs state them, token by token: every token of a class of at
+    most ``max_class_size`` tokens, the sample and the ``top_k`` most likely tokens of each larger class exact; the
+    rest ``R_j`` of a larger class ``log p(R_j | x, y_<i) + log p(y_>i | x, y_<i, r_j)``, ``r_j`` its most likely."""
+    lookup = torch.as_tensor(lookup)
+    n_classes = int(lookup.max()) + 1
+    sizes = torch.bincount(lookup, minlength=n_classes)
+    out = torch.empty(*y.shape, n_classes)
+    for b in range(y.shape[0]):
+        for i in range(y.shape[1]):
+            c, pre = cond[b, i], prefix[b, i]
+            for j in range(n_classes):
+                members = [t for t in range(len(lookup)) if lookup[t] == j]
+                if sizes[j] <= max_class_size:
+                    out[b, i, j] = c[members].logsumexp(0)
+                    continue
+                others = sorted((t for t in members if t != y[b, i]), key=lambda t: -float(pre[t]))
+                exact = others[:top_k] + [t for t in members if t == y[b, i]]
+                rest = others[top_k:]
+                terms = [c[t] for t in exact]
+                if rest:  # p(y^{i<-r}) / p(r | x, y_<i) * p(R | x, y_<i)
+                    terms.append(c[rest[0]] - pre[rest[0]] + pre[rest].logsumexp(0))
+                out[b, i, j] = torch.stack(terms).logsumexp(0)
+    return out.log_softmax(-1)
+
+
+@pytest.mark.parametrize("lookup, top_k, max_class_size, max_logits", [
+    (CLASSES, 5, 1, 1 << 22),  # classes 1-3 large; R of the 6-token class: one token or none
+    (CLASSES, 5, 3, 30),       # only the 6-token class large; the per-class top-k one class at a time
+    (CLASSES, 0, 6, 1 << 22),  # every class small: every token scored
+    (PAIRS, 1, 1, 1 << 22),    # six large classes, each R_j one token (or none in the sample's)
+    (PAIRS, 1, 1, 30),
+])
+def test_general_partition_is_exact_when_each_rest_holds_at_most_one_token(gpt2, lookup, top_k, max_class_size,
+                                                                          max_logits, one_thread):
+    """Conditionals, PSL and its gradients against brute force from the model's own forward passes (float64)."""
+    gpt2.eval()
+    vm = ValueMap.from_classes(lookup)
+    n, V, C = 4, 12, vm.n_values
+    prompt = torch.tensor([[5, 2], [9, 0], [1, 1]])
+    y = torch.tensor([[1, 3, 8, 0], [7, 7, 4, 11], [2, 10, 5, 1]])
+    cond, _ = _reference_conditionals(gpt2, prompt, y)
+    eng = as_engine(gpt2, prompt_ids=prompt, value_map=vm, top_k=top_k, max_class_size=max_class_size,
+                    max_logits=max_logits, max_neighbours_per_chunk=7)
+    got = eng.local_conditionals(y)
+    torch.testing.assert_close(got, vm.fold(cond), atol=1e-10, rtol=0)
+    # the PSL of a constraint over the classes is the PSL over tokens of the constraint read through the classes
+    truth = np.random.default_rng(2).random(C ** n) < 0.4
+    token_truth = truth[oracle.assignment_index(vm.to_values(torch.as_tensor(oracle.assignments(n, V))), C).numpy()]
+    want = -oracle.log_wmc(token_truth, cond)
+    psl = pseudo_semantic_loss(eng, Constraint(circuit_from_truth(truth, n, C), vm), y, reduction="none")
+    torch.testing.assert_close(psl, want, atol=1e-10, rtol=0)
+    _assert_grads_close(_grads(psl.sum(), gpt2), _grads(want.sum(), gpt2))
+
+
+@pytest.mark.parametrize("lookup, top_k, max_class_size", [(CLASSES, 0, 1), (CLASSES, 2, 1), (CLASSES, 1, 3),
+                                                            (PAIRS, 0, 1), ([0, 1, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3], 2, 1)])
+def test_general_partition_estimates_are_the_documented_formula(gpt2, lookup, top_k, max_class_size):
+    """With real estimates (a rest of several tokens) the engine computes the estimator the docs state; its error to
+    the exact conditionals is finite, and not zero (the estimate is in use)."""
+    gpt2.eval()
+    vm = ValueMap.from_classes(lookup)
+    prompt = torch.tensor([[5, 2], [9, 0]])
+    y = torch.tensor([[1, 3, 8, 0], [7, 7, 4, 11]])
+    cond, prefix = _reference_conditionals(gpt2, prompt, y)
+    with torch.no_grad():
+        got = as_engine(gpt2, prompt_ids=prompt, value_map=vm, top_k=top_k, max_class_size=max_class_size
+                        ).local_conditionals(y)
+        want = _documented_estimate(cond, prefix, y, lookup, top_k, max_class_size)
+    torch.testing.assert_close(got, want, atol=1e-10, rtol=0)
+    error = (got.exp() - vm.fold(cond).exp()).abs()
+    assert torch.isfinite(got).all() and 1e-6 < error.max() < 0.5
+
+
+def test_neighbour_rows_per_position_are_the_documented_count(gpt2):
+    gpt2.eval()
+    vm = ValueMap.from_classes(CLASSES)  # small classes (<= 2 tokens): 3 tokens; large: 2 classes
+    eng = CausalLMEngine(gpt2, torch.tensor([[5]]), value_map=vm, top_k=2, max_class_size=2)
+    assert eng.n_candidates == 3 + 1 + (2 + 1) * 2  # the large classes hold 3 and 6 tokens
+    rows = []
+    hook = gpt2.transformer.register_forward_hook(lambda m, args, kw, out: rows.append(kw["input_ids"].shape[0]),
+                                                  with_kwargs=True)
+    try:
+        eng.local_conditionals(torch.tensor([[1, 3, 8, 0], [7, 7, 4, 11]]))
+    finally:
+        hook.remove()
+    assert rows == [2] + [2 * eng.n_candidates] * 3  # the base run, then positions 0 .. n-2
+    ragged = CausalLMEngine(gpt2, torch.tensor([[5]]), value_map=vm, top_k=4)  # classes of 2, 3, 6 tokens: 2 + 3 + 5
+    assert ragged.n_candidates == 1 + 1 + 2 + 3 + 5
+    catch_all = CausalLMEngine(gpt2, torch.tensor([[5]]), value_map=ValueMap([3, 5, 7], 12), top_k=4)
+    assert catch_all.n_candidates == 3 + 4 + 2
+
+
+@pytest.mark.parametrize("kw, error, match", [
+    (dict(top_k=6), ValueError, r"top_k must lie in 0..5 \(the largest class over max_class_size=1 tokens has 6"),
+    (dict(top_k=1, max_class_size=6), ValueError, r"top_k must lie in 0..0"),
+    (dict(max_class_size=0), ValueError, "max_class_size"),
+    (dict(top_k=-1), ValueError, "top_k"),
+    (dict(top_k=1.0), TypeError, "top_k must be an int"),
+])
+def test_general_partition_settings_are_checked_by_name(gpt2, kw, error, match):
+    with pytest.raises(error, match=match):
+        CausalLMEngine(gpt2, torch.tensor([[5]]), value_map=ValueMap.from_classes(CLASSES), **kw)

@@ -38,7 +38,8 @@ from ..logic.errors import check_int
 from ..losses import constraint_log_prob
 from .neighbours import check_sample
 
-__all__ = ["AutomatonConstraint", "Constraint", "ValueMap", "no_forbidden_sequences", "sample_satisfies"]
+__all__ = ["AutomatonConstraint", "Constraint", "ValueMap", "fold_classes", "no_forbidden_sequences",
+           "sample_satisfies"]
 
 
 class ValueMap:
@@ -107,6 +108,7 @@ class ValueMap:
             singles = (lookup < n_values - 1).nonzero().flatten()
             self.tokens[lookup[singles]] = singles
         self._copies: dict[torch.device, tuple[Tensor | None, Tensor]] = {}
+        self._by_class: dict[torch.device, tuple[Tensor, Tensor]] = {}
 
     @property
     def is_catch_all(self) -> bool:
@@ -130,6 +132,22 @@ class ValueMap:
             self._copies[device] = (tokens, self.lookup.to(device))
         return self._copies[device]
 
+    def by_class(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        """``(order, starts)`` on ``device``: the token ids sorted by class (ascending ids within a class) and the
+        ``n_values + 1`` offsets of the classes in that order (class ``v`` is ``order[starts[v]:starts[v + 1]]``).
+
+        Example:
+            >>> order, starts = ValueMap.from_classes([1, 0, 1, 2]).by_class(torch.device("cpu"))
+            >>> order.tolist(), starts.tolist()
+            ([1, 0, 2, 3], [0, 1, 3, 4])
+        """
+        if device not in self._by_class:
+            order = self.lookup.argsort(stable=True)
+            starts = torch.zeros(self.n_values + 1, dtype=torch.long)
+            starts[1:] = torch.bincount(self.lookup, minlength=self.n_values).cumsum(0)
+            self._by_class[device] = (order.to(device), starts.to(device))
+        return self._by_class[device]
+
     def to_values(self, token_ids: Tensor) -> Tensor:
         """Circuit values of token ids (any shape)."""
         return self.on(token_ids.device)[1][token_ids]
@@ -137,14 +155,7 @@ class ValueMap:
     def fold(self, log_scores: Tensor) -> Tensor:
         """``(..., V)`` log-scores over tokens -> ``(..., n_values)``: the log-sum-exp of each class (computed below
         each class's own maximum, so a class far below the others does not underflow)."""
-        lookup = self.on(log_scores.device)[1]
-        index = lookup.expand_as(log_scores)
-        top = log_scores.new_full((*log_scores.shape[:-1], self.n_values), float("-inf"))
-        top = top.scatter_reduce(-1, index, log_scores.detach(), "amax").nan_to_num(0.0, posinf=0.0, neginf=0.0)
-        sums = log_scores.new_zeros(top.shape).scatter_add(-1, index, (log_scores - top.gather(-1, index)).exp())
-        # a class of -inf scores is -inf with a zero gradient (log(0) would send NaN back through its zero sum)
-        empty = sums == 0
-        return torch.where(empty, float("-inf"), sums.masked_fill(empty, 1.0).log() + top)
+        return fold_classes(log_scores, self.on(log_scores.device)[1], self.n_values)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, ValueMap) and self.vocab_size == other.vocab_size
@@ -156,6 +167,19 @@ class ValueMap:
         if self.is_catch_all:
             return f"ValueMap(n_tokens={len(self.tokens)}, vocab_size={self.vocab_size})"
         return f"ValueMap(n_classes={self.n_values}, vocab_size={self.vocab_size})"
+
+
+def fold_classes(log_scores: Tensor, classes: Tensor, n_classes: int) -> Tensor:
+    """``(..., M)`` log-scores -> ``(..., n_classes)``: class ``c`` gets the log-sum-exp of the scores whose
+    ``classes (M,)`` entry is ``c`` (``-inf`` when none), computed below each class's own maximum (a class far below
+    the others does not underflow; a class of one score is that score exactly, with gradient 1)."""
+    index = classes.expand_as(log_scores)
+    top = log_scores.new_full((*log_scores.shape[:-1], n_classes), float("-inf"))
+    top = top.scatter_reduce(-1, index, log_scores.detach(), "amax").nan_to_num(0.0, posinf=0.0, neginf=0.0)
+    sums = log_scores.new_zeros(top.shape).scatter_add(-1, index, (log_scores - top.gather(-1, index)).exp())
+    # a class of -inf scores is -inf with a zero gradient (log(0) would send NaN back through its zero sum)
+    empty = sums == 0
+    return torch.where(empty, float("-inf"), sums.masked_fill(empty, 1.0).log() + top)
 
 
 def sample_satisfies(circuit: Circuit, values: Tensor, allowed: Tensor | None = None) -> Tensor:

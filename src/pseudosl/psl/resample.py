@@ -15,14 +15,17 @@ Every output satisfies ``alpha`` (and ``allowed``); as ``K`` grows the output's 
 ``mode="mpe"`` returns ``argmax q`` instead (:meth:`pseudosl.Circuit.mpe`), one deterministic output per anchor.
 ``p`` is the model as ``engine.log_prob`` scores it.
 
-Folded vocabularies (an engine with a :class:`~pseudosl.ValueMap`).  The circuit reads ``D + 1`` values, the last
-a class of tokens ("any other token"), which does not name a token.  Each candidate's catch-all positions get
-a concrete token drawn from the model's next-token distribution after the anchor's prefix, restricted to the
-class: ``r_i(t) = p(t | x, y_<i) / p(class | x, y_<i)`` (one ``engine.step_log_probs`` pass over the anchors).
-The proposal over token sequences is then ``q(y~) = p~_y(v(y~) | alpha) * prod_{i: catch-all} r_i(y~_i)``, known
-exactly, so the weights ``p(y~) / q(y~)`` stay exact and the output still tends to ``p(. | alpha)``; every token of the
-class gives the same circuit value, so every candidate satisfies ``alpha``.  ``mode="mpe"`` returns ``argmax q``
-over token sequences the same way (the catch-all value weighted by ``max_t r_i(t)``, filled with that token).
+Folded vocabularies (an engine with a :class:`~pseudosl.ValueMap`).  The circuit reads the classes of a partition
+of the vocabulary (``D`` tokens and a catch-all value, or any partition: ``pseudosl.no_forbidden_words``); a class
+value does not name a token.  Each candidate's position ``i`` with class value ``v`` gets a concrete token drawn from
+the model's next-token distribution after the anchor's prefix, restricted to the class:
+``r_i(t) = p(t | x, y_<i) / p(v | x, y_<i)`` for ``t`` in ``v`` (one ``engine.step_log_probs`` pass over the anchors;
+a class of one token gives that token, ``r_i = 1``).  The proposal over token sequences is then
+``q(y~) = p~_y(v(y~) | alpha) * prod_i r_i(y~_i)``, known exactly, so the weights ``p(y~) / q(y~)`` stay exact and the
+output still tends to ``p(. | alpha)`` (an estimated class conditional of the engine only makes the proposal less
+close to the target); every token of a class gives the same circuit value, so every candidate satisfies ``alpha``.
+``mode="mpe"`` returns ``argmax q`` over token sequences the same way (each class value weighted by ``max_t r_i(t)``
+over its tokens, filled with that token).
 
 Several roots.  The output must satisfy one constraint, which the circuit samples from: a multi-rooted
 circuit needs ``root=r`` (the output then satisfies root ``r`` only); for several constraints at once compile
@@ -103,8 +106,6 @@ def _check(engine: Engine, constraint: Circuit | Constraint, mode: str, num_cand
            root: int | None) -> tuple[Circuit, int]:
     """The circuit and the number of candidates, or a named error, before the model runs."""
     circuit = engine_circuit(engine, constraint)
-    if engine.value_map is not None:
-        engine.value_map.require_catch_all("constrained_sample")  # it fills the catch-all value with tokens
     if engine.n_values != circuit.n_values:
         raise ValueError(f"the model has {engine.n_values} values per position but the circuit has "
                          f"{circuit.n_values}; compile the constraint over the model's values (or fold them with a ValueMap)")
@@ -151,28 +152,37 @@ def _check_satisfiable(circuit: Circuit, allowed: Tensor | None, root: int | Non
 
 
 def _class_log_probs(engine: Engine, anchor: Tensor) -> Tensor:
-    """``(B, n, V)`` ``log r_i(t)``: the model's next token after the anchor's prefix ``y_<i``, restricted to the
-    catch-all class of the engine's value map (``-inf`` outside it)."""
+    """``(B, n, V)`` ``log r_i(t)``: the model's next token after the anchor's prefix ``y_<i``, restricted to the class
+    of ``t`` (``log p(t | x, y_<i) - log p(class(t) | x, y_<i)``; ``-inf`` throughout a class of probability 0)."""
     vm = engine.value_map
     lookup = vm.on(anchor.device)[1]
     logp = engine.step_log_probs(anchor, engine.example_ids(anchor.shape[0], anchor.device)).detach()
-    return logp.masked_fill(lookup != vm.other, float("-inf")).log_softmax(-1)
+    mass = vm.fold(logp).gather(-1, lookup.expand_as(logp))  # log p(class(t) | x, y_<i)
+    return torch.where(torch.isneginf(mass), float("-inf"), logp - mass)
 
 
 def _concrete_tokens(engine: Engine, anchor: Tensor, values: Tensor,
                      generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
-    """Folded candidates ``values (B, K, n)`` -> token ids, and ``log prod_i r_i(token_i)`` ``(B, K)`` over their
-    catch-all positions, each of which gets a token drawn from ``r_i`` (module docs)."""
-    vm = engine.value_map
-    tokens = vm.on(anchor.device)[0]
-    b, k, n = values.shape
+    """Folded candidates ``values (B, K, n)`` -> token ids, each drawn from ``r_i`` within its class (module docs),
+    and ``log prod_i r_i(token_i)`` ``(B, K)``.
+
+    Inverse transform sampling on the cumulative ``r_i`` of the tokens sorted by class (float64): class ``v`` spans
+    ``[starts[v], starts[v+1])`` of that order, where a uniform draw is located by ``searchsorted``."""
+    order, starts = engine.value_map.by_class(anchor.device)
     r = _class_log_probs(engine, anchor)  # (B, n, V)
-    drawn = torch.multinomial(r.exp().reshape(b * n, -1), k, replacement=True, generator=generator)
-    drawn = drawn.view(b, n, k).transpose(1, 2)  # (B, K, n)
-    other = values == vm.other
-    ids = torch.where(other, drawn, tokens[values.clamp(max=len(tokens) - 1)])
-    log_r = r.gather(-1, drawn.transpose(1, 2)).transpose(1, 2)  # (B, K, n): log r_i(drawn token)
-    return ids, log_r.masked_fill(~other, 0.0).sum(-1)
+    sorted_r = r[..., order]
+    upto = sorted_r.double().exp().cumsum(-1)  # (B, n, V): the mass up to each token; a class's segment adds 1 (or 0)
+    before = torch.cat([upto.new_zeros(*upto.shape[:-1], 1), upto], -1)  # (B, n, V + 1): the mass before each token
+    v = values.transpose(1, 2)  # (B, n, K)
+    lo, hi = starts[v], starts[v + 1]
+    low, high = before.gather(-1, lo), before.gather(-1, hi)
+    u = torch.rand(v.shape, dtype=upto.dtype, device=upto.device, generator=generator)
+    at = torch.searchsorted(upto, low + u * (high - low), right=True)  # before[at] <= target < upto[at]
+    at = torch.minimum(torch.maximum(at, lo), hi - 1)  # rounding at a class's edge stays in the class
+    positive = torch.where(sorted_r > float("-inf"), torch.arange(len(order), device=r.device), -1)
+    at = positive.cummax(-1).values.gather(-1, at).clamp(min=lo)  # never a token of probability 0 (rounding)
+    ids = order[at]  # (B, n, K)
+    return ids.transpose(1, 2), r.gather(-1, ids).sum(1)
 
 
 @torch.no_grad()
@@ -274,19 +284,19 @@ def _mpe(engine: Engine, circuit: Circuit, sample: Tensor, cond: Tensor, allowed
          root: int | None) -> tuple[Tensor, Tensor, Tensor]:
     """``argmax q`` as ``(B, 1, n)`` model values, its ``log q`` ``(B, 1)`` and ``log p~_y(alpha AND allowed)`` ``(B,)``.
 
-    With a value map the catch-all value of position ``i`` stands for its best token: its weight is multiplied by
-    ``max_t r_i(t)`` before the MPE, and it is filled with that token (module docs)."""
+    With a value map each class value of position ``i`` stands for its best token: its weight is multiplied by
+    ``max_t r_i(t)`` over the class before the MPE, and it is filled with that token (module docs)."""
     log_z = circuit.log_prob(cond, allowed)
     log_z = log_z[:, root or 0] if log_z.dim() == 2 else log_z
     x = cond
-    if engine.value_map is not None:
-        best = _class_log_probs(engine, sample).max(-1)  # (B, n): the best token of the class and its log r_i
-        x = cond.clone()
-        x[..., engine.value_map.other] += best.values
+    vm = engine.value_map
+    if vm is not None:
+        r = _class_log_probs(engine, sample)  # (B, n, V)
+        best = r.new_full(cond.shape, float("-inf")).scatter_reduce(-1, vm.on(r.device)[1].expand_as(r), r, "amax")
+        x = cond + best  # each class value weighted by its best token's log r_i
     best_q = circuit.mpe(x, allowed, root=root)
     values = best_q.values[:, None]  # (B, 1, n)
-    if engine.value_map is not None:
-        tokens = engine.value_map.on(sample.device)[0]
-        other = values == engine.value_map.other
-        values = torch.where(other, best.indices[:, None], tokens[values.clamp(0, len(tokens) - 1)])
+    if vm is not None:  # each class value filled with its best token
+        in_class = vm.on(r.device)[1] == best_q.values[..., None]  # (B, n, V)
+        values = r.masked_fill(~in_class, float("-inf")).argmax(-1)[:, None]
     return values, (best_q.log_prob - log_z)[:, None], log_z
