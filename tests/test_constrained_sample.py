@@ -250,19 +250,25 @@ def test_without_dependencies_the_weights_are_equal_and_one_candidate_is_exact()
 
 
 # -- a folded vocabulary (a causal LM with a value map) ---------------------------------------------------
-V, D_TOKENS, N_LM = 6, [1, 2], 3  # tokens 0..5 (0 = BOS), tokens 1 and 2 distinguished: circuit values 0, 1, 2
+V, N_LM = 6, 3  # tokens 0..5 (0 = BOS), folded into 3 circuit values
+VALUE_MAPS = {
+    "catch_all": lambda: pseudosl.ValueMap([1, 2], V),  # tokens 1 and 2 distinguished: values 0, 1; the rest 2
+    "classes": lambda: pseudosl.ValueMap.from_classes([2, 0, 1, 1, 2, 2]),  # {1}, {2, 3}, {0, 4, 5}
+}
 
 
-def lm_setup(seed: int = 0):
-    """A tiny GPT-2, the value map, a random constraint over the folded values, the engine, every token sequence
-    ``(A, n)``, their ``log p`` ``(A,)`` and the next-token log-probabilities ``(A, n, V)`` after each prefix."""
+def lm_setup(map_name: str, seed: int = 0):
+    """A tiny GPT-2, a random constraint over the 3 folded values with the value map, the engine (every token scored
+    exactly), every token sequence ``(A, n)``, their ``log p`` ``(A,)`` and the next-token log-probabilities
+    ``(A, n, V)`` after each prefix."""
     gpt2 = tiny_gpt2(16, V, 8).eval()  # the oracle's table without dropout (the engine evaluates so too)
     with torch.no_grad():
         gpt2.transformer.ln_f.weight.mul_(4.0)  # peaky logits: the proposal visibly off the target
-    vm = pseudosl.ValueMap(D_TOKENS, V)
+    vm = VALUE_MAPS[map_name]()
     truth = random_truth(seed, N_LM, 3, density=0.4)
     constraint = pseudosl.Constraint(circuit_from_truth(truth, N_LM, 3), vm)
-    engine = pseudosl.as_engine(gpt2, prompt_ids=torch.tensor([[0]]), value_map=vm, top_k=V - 3)  # exact folding
+    largest = int(torch.bincount(vm.lookup).max())
+    engine = pseudosl.as_engine(gpt2, prompt_ids=torch.tensor([[0]]), value_map=vm, top_k=largest - 1)  # exact
     ys = torch.as_tensor(oracle.assignments(N_LM, V))
     with torch.no_grad():
         logits = gpt2(torch.cat([torch.zeros(len(ys), 1, dtype=torch.long), ys], 1)).logits[:, :-1].log_softmax(-1)
@@ -273,8 +279,8 @@ def lm_setup(seed: int = 0):
 def lm_proposal(vm: pseudosl.ValueMap, truth: np.ndarray, ys: torch.Tensor, log_p: torch.Tensor,
                 logits: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
     """``(A,)`` the proposal over token sequences by brute force: ``p~_y(v(y~) | alpha)`` over the folded values,
-    the folded conditionals summed off the joint table, times ``r_i(y~_i)`` (the model's next token after the
-    anchor's prefix, within the catch-all class) at every catch-all position."""
+    the folded conditionals summed off the joint table, times ``r_i(y~_i)`` at every position (the model's next
+    token after the anchor's prefix, within the class of ``y~_i``; 1 for a class of one token)."""
     values = vm.to_values(ys)  # (A, n)
     ok = torch.as_tensor(truth)[oracle.assignment_index(values, 3)]
     folded = torch.empty(N_LM, 3)
@@ -284,26 +290,30 @@ def lm_proposal(vm: pseudosl.ValueMap, truth: np.ndarray, ys: torch.Tensor, log_
         folded[i] = torch.stack([log_p[same & (values[:, i] == v)].logsumexp(0) for v in range(3)]).log_softmax(0)
     log_z = oracle.log_wmc(truth, folded[None])[0]
     prefix = logits[oracle.assignment_index(anchor[None], V)[0]]  # (n, V): log p(. | BOS, anchor_<i)
-    r = prefix.masked_fill(vm.lookup != vm.other, float("-inf")).log_softmax(-1)
-    log_r = torch.where(values == vm.other, r.gather(1, ys.t()).t(), torch.zeros(()))
+    r = torch.stack([prefix.masked_fill(vm.lookup != vm.lookup[t], float("-inf")).log_softmax(-1)[:, t]
+                     for t in range(V)], 1)  # (n, V): log r_i(t) within t's class
+    log_r = r.gather(1, ys.t()).t()
     log_q = folded.gather(1, values.t()).t().sum(1) - log_z + log_r.sum(1)
     return log_q.masked_fill(~ok, float("-inf")).exp()
 
 
+@pytest.mark.parametrize("map_name", list(VALUE_MAPS))
 @pytest.mark.parametrize("mode", ["resample", "mpe"])
-def test_folded_vocabulary_outputs_are_tokens_that_satisfy_the_constraint(mode):
-    constraint, _, engine, *_ = lm_setup()
+def test_folded_vocabulary_outputs_are_tokens_that_satisfy_the_constraint(mode, map_name):
+    constraint, _, engine, *_ = lm_setup(map_name)
     kw = dict(num_candidates=4) if mode == "resample" else {}
     y = pseudosl.constrained_sample(engine, constraint, batch_size=64, mode=mode,
                                     generator=torch.Generator().manual_seed(0), **kw)
     assert y.shape == (64, N_LM) and constraint.satisfied(y).all()
-    assert (y == 0).any() or (y >= 3).any()  # catch-all positions hold concrete tokens outside the distinguished ones
+    values = constraint.values(y)
+    assert any(len(set(y[values == v].tolist())) > 1 for v in range(3))  # a class's value becomes several tokens
     assert not constraint.satisfied(engine.sample(batch_size=64, length=N_LM)).all()
 
 
+@pytest.mark.parametrize("map_name", list(VALUE_MAPS))
 @pytest.mark.parametrize("k", [1, 2])
-def test_folded_vocabulary_draws_follow_the_exact_output_distribution(k):
-    constraint, truth, engine, ys, log_p, logits = lm_setup()
+def test_folded_vocabulary_draws_follow_the_exact_output_distribution(k, map_name):
+    constraint, truth, engine, ys, log_p, logits = lm_setup(map_name)
     anchor = torch.tensor([1, 4, 2])
     q = lm_proposal(constraint.value_map, truth, ys, log_p, logits, anchor)
     torch.testing.assert_close(q.sum(), torch.tensor(1.0))
@@ -320,14 +330,28 @@ def test_folded_vocabulary_draws_follow_the_exact_output_distribution(k):
     assert dist[0] > dist[1] > dist[2], dist
 
 
-def test_folded_vocabulary_mpe_is_the_argmax_of_the_proposal():
-    constraint, truth, engine, ys, log_p, logits = lm_setup()
+@pytest.mark.parametrize("map_name", list(VALUE_MAPS))
+def test_folded_vocabulary_mpe_is_the_argmax_of_the_proposal(map_name):
+    constraint, truth, engine, ys, log_p, logits = lm_setup(map_name)
     anchors = engine.sample(batch_size=12, length=N_LM, generator=torch.Generator().manual_seed(0))
     y, diag = pseudosl.constrained_sample(engine, constraint, anchors, mode="mpe", return_diagnostics=True)
     for b in range(12):
         q = lm_proposal(constraint.value_map, truth, ys, log_p, logits, anchors[b])
         assert torch.equal(y[b], ys[q.argmax()])
         torch.testing.assert_close(diag.log_q[b, 0], q.max().log())
+
+
+def test_folded_vocabulary_weights_are_p_over_the_proposal_of_the_tokens():
+    """The diagnostics' ``log_q`` of every candidate is the brute-force proposal of its token sequence, ``log_p`` its
+    model probability: the importance weights use the concrete tokens."""
+    constraint, truth, engine, ys, log_p, logits = lm_setup("classes")
+    anchor = torch.tensor([5, 3, 0])
+    q = lm_proposal(constraint.value_map, truth, ys, log_p, logits, anchor)
+    _, diag = pseudosl.constrained_sample(engine, constraint, anchor[None].expand(8, N_LM), num_candidates=5,
+                                          generator=torch.Generator().manual_seed(0), return_diagnostics=True)
+    index = oracle.assignment_index(diag.candidates.reshape(-1, N_LM), V).view(8, 5)
+    torch.testing.assert_close(diag.log_q, q[index].log())
+    torch.testing.assert_close(diag.log_p, log_p[index])
 
 
 # -- named errors --------------------------------------------------------------------------------------

@@ -115,16 +115,6 @@ class ValueMap:
         """Is this map ``D`` distinguished tokens and one catch-all value (``tokens`` and ``other`` set)?"""
         return self.other is not None
 
-    def require_catch_all(self, what: str) -> None:
-        """Refuse a general partition in ``what``, which handles ``D`` tokens and one catch-all value only."""
-        if not self.is_catch_all:
-            raise NotImplementedError(
-                f"{what} handles value maps of D distinguished tokens and one catch-all value (ValueMap(tokens, "
-                f"vocab_size)); this one folds the vocabulary into {self.n_values} classes, several with many tokens "
-                "(e.g. no_forbidden_words), whose neighbours it cannot yet score exactly or estimate.  Use the "
-                "constraint to check or mask generations (AutomatonConstraint.satisfied, ConstraintLogitsProcessor), "
-                "or no_forbidden_sequences for a catch-all value map")
-
     def on(self, device: torch.device) -> tuple[Tensor | None, Tensor]:
         """``(tokens, lookup)`` on ``device``, copied there once (a copy per call would wait for a GPU each time)."""
         if device not in self._copies:
