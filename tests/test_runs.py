@@ -305,11 +305,13 @@ def test_atomic_path_names_write_failures_only(tmp_path, error, named):
 PARENT = """
 import os, time
 from pseudosl.experiments.harness import _worker_pool
-pool = _worker_pool(2)
-pids = {pool.submit(os.getpid).result() for _ in range(8)}
-futures = [pool.submit(time.sleep, 300) for _ in range(2)]
-print(" ".join(map(str, sorted(pids))), flush=True)
-time.sleep(300)
+
+if __name__ == "__main__":
+    pool = _worker_pool(2)
+    pids = {pool.submit(os.getpid).result() for _ in range(8)}
+    futures = [pool.submit(time.sleep, 300) for _ in range(2)]
+    print(" ".join(map(str, sorted(pids))), flush=True)
+    time.sleep(300)
 """
 
 
@@ -321,10 +323,31 @@ def _alive(pid: int) -> bool:
         return False
 
 
+POLLING_PARENT = """
+import multiprocessing as mp, os, time
+from concurrent.futures import ProcessPoolExecutor
+from pseudosl.experiments import runs
+
+def init(pid):  # as where the kernel has no parent-death signal: the polling thread alone
+    runs._set_death_signal = lambda sig: False
+    runs.watch_parent(pid)
+
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(2, mp_context=mp.get_context("spawn"), initializer=init, initargs=(os.getpid(),))
+    pids = {pool.submit(os.getpid).result() for _ in range(8)}
+    futures = [pool.submit(time.sleep, 300) for _ in range(2)]
+    print(" ".join(map(str, sorted(pids))), flush=True)
+    time.sleep(300)
+"""
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
-def test_workers_end_when_their_parent_is_killed():
+@pytest.mark.parametrize("how", ["kernel", "polling"])
+def test_workers_end_when_their_parent_is_killed(tmp_path, how):
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, env=env)
+    script = tmp_path / "parent.py"  # spawned workers import the script's functions from its file
+    script.write_text(PARENT if how == "kernel" else POLLING_PARENT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         workers = [int(p) for p in parent.stdout.readline().split()]
         assert workers and all(_alive(p) for p in workers)

@@ -225,9 +225,9 @@ def parent_alive() -> bool:
 
 
 def _libc() -> Any:
+    """The C library, as the symbols of this process (Linux: Python links it)."""
     import ctypes
-    import ctypes.util
-    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _set_death_signal(sig: int) -> bool:
