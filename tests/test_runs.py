@@ -21,6 +21,7 @@ import torch
 
 from pseudosl.cli import main as cli_main
 from pseudosl.errors import RunFolderError, StorageError
+from pseudosl.experiments.checkpoints import save_checkpoint
 from pseudosl.experiments.harness import CheckpointError, evaluate_checkpoints, load_checkpoint
 from pseudosl.experiments.runs import run_lock
 from pseudosl.experiments.sudoku.train import SudokuExperiment
@@ -186,7 +187,7 @@ def test_resume_refuses_a_checkpoint_copied_from_another_run(tmp_path, capsys):
     ckpt = load_checkpoint(out / "convnet-seed0" / "checkpoint.pt")
     ckpt["model"].pop(next(iter(ckpt["model"])))
     ckpt["seed"] = 1
-    torch.save(ckpt, out / "convnet-seed1" / "checkpoint.pt")
+    save_checkpoint(ckpt, out / "convnet-seed1" / "checkpoint.pt")  # tampered, with a checksum of its own
     assert "its weights do not fit model 'convnet'" in refused(capsys, argv)
 
 
@@ -223,7 +224,7 @@ def test_eval_checks_every_checkpoint_before_evaluating_and_their_epochs(tmp_pat
     train(tmp_path, out, "--models", "convnet", "rnn")
     ckpt = load_checkpoint(out / "rnn-seed0" / "checkpoint.pt")
     ckpt["epoch"] = 4  # of a run configured for 1 epoch
-    torch.save(ckpt, out / "rnn-seed0" / "checkpoint.pt")
+    save_checkpoint(ckpt, out / "rnn-seed0" / "checkpoint.pt")
     _no_data(monkeypatch)  # convnet-seed0 sorts first: it is not evaluated before rnn-seed0 is refused
     assert "rnn-seed0/checkpoint.pt: at epoch 4 of a run configured for 1 epochs" in refused(
         capsys, ["sudoku", "eval", "--out", str(out)])
@@ -371,7 +372,6 @@ def test_workers_are_killed_by_the_kernel_when_their_parent_dies():
 
 def test_a_worker_whose_parent_died_writes_no_file(tmp_path, monkeypatch):
     from pseudosl.experiments import runs
-    from pseudosl.experiments.checkpoints import save_checkpoint
     ended = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                                text=True).stdout)
     target = tmp_path / "convnet-seed0" / "checkpoint.pt"

@@ -14,6 +14,9 @@ and the fix, before any weight is used, on ``--resume`` as on ``eval``.
 A checkpoint written by pseudosl before checksums (a complete zip archive without the trailer) is accepted,
 with a warning naming it: its bytes cannot be checked, and the next save of its run (``--resume``) adds the
 trailer.  A file with neither trailer nor a complete archive at its end is refused as damaged.
+
+:func:`check_continuable` (``--resume``: this run's model, seed and config, able to reach the epochs asked for) and
+:func:`load_weights` (weights that fit the model) refuse the rest by name.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ from typing import Any
 
 import torch
 
+from torch import nn
+
 from ..errors import PseudoslError
-from .runs import atomic_path
+from .config import ConfigError, RunConfig
+from .runs import atomic_path, check_identity
 
 __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "checkpoint_bytes", "checkpoint_from_bytes",
-           "has_checksum", "KEYS"]
+           "has_checksum", "check_continuable", "load_weights", "KEYS"]
 
 KEYS = frozenset({"config", "model_name", "seed", "epoch", "model", "optimizer", "rng", "history"})
 _PREFIX = b"\n#pseudosl-checkpoint sha256="
@@ -129,3 +135,35 @@ def load_checkpoint(path: Path, experiment: str | None = None) -> dict:
     if experiment is not None and ckpt.get("experiment", experiment) != experiment:
         raise CheckpointError(f"{path}: a {ckpt['experiment']} checkpoint, not {experiment}")
     return ckpt
+
+
+# -- what a checkpoint must be to continue or to load into a model -----------------------------------
+def _check_resumable(saved: dict, cfg: RunConfig, path: Path) -> None:
+    diff = {k: (saved.get(k), v) for k, v in cfg.to_dict().items() if k not in cfg.run_free_fields() and saved.get(k) != v}
+    if diff:
+        raise ConfigError(f"--resume: {path} was trained with a different config: "
+                          + ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
+                          + "; use the same settings, another --out, or --overwrite")
+
+
+def check_continuable(ckpt: dict, cfg: RunConfig, name: str, seed: int, path: Path) -> None:
+    """``--resume``: the checkpoint is this run's (model, seed, config) and can reach ``cfg.epochs``."""
+    check_identity(ckpt, path, name, seed)
+    _check_resumable(ckpt["config"], cfg, path)
+    done = ckpt["epoch"]
+    if done > cfg.epochs:
+        raise CheckpointError(f"--resume --epochs {cfg.epochs}: {path} has already trained {done} epochs, and a run "
+                              f"cannot go back; pass --epochs {done} (or more) to resume it, or --overwrite to train "
+                              f"{cfg.epochs} epochs afresh")
+    if ckpt["optimizer"] is None and done < cfg.epochs and not ckpt.get("stopped"):
+        raise CheckpointError(f"--resume --epochs {cfg.epochs}: {path} was packed as finished after {done} epochs "
+                              f"(its optimizer state was dropped), so it cannot train on; pass --epochs {done}")
+
+
+def load_weights(model: nn.Module, weights: dict, path: Path, name: str) -> None:
+    """``model.load_state_dict(weights)``, or a :class:`CheckpointError` naming ``path`` when they do not fit."""
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:  # missing / unexpected keys, shape mismatches
+        raise CheckpointError(f"{path}: its weights do not fit model {name!r} ({str(e).splitlines()[0][:160]}); "
+                              f"is it another model's checkpoint?") from None

@@ -54,7 +54,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm.auto import tqdm
 
 from ..errors import PseudoslError, RunFolderError, StorageError
-from .checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoints import CheckpointError, check_continuable, load_checkpoint, load_weights, save_checkpoint
 from .config import ConfigError, RunConfig, model_variant, split_model
 from .runs import (LOCK, MANIFEST, atomic_path, check_identity, check_manifest, check_out_folder, run_dirs,
                    run_lock, watch_parent, write_manifest)
@@ -201,36 +201,6 @@ def _ckpt_path(out: Path, name: str, seed: int) -> Path:
     return out / f"{name}-seed{seed}" / "checkpoint.pt"
 
 
-def _check_resumable(saved: dict, cfg: RunConfig, path: Path) -> None:
-    diff = {k: (saved.get(k), v) for k, v in cfg.to_dict().items() if k not in cfg.run_free_fields() and saved.get(k) != v}
-    if diff:
-        raise ConfigError(f"--resume: {path} was trained with a different config: "
-                          + ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
-                          + "; use the same settings, another --out, or --overwrite")
-
-
-def _check_continuable(ckpt: dict, cfg: RunConfig, name: str, seed: int, path: Path) -> None:
-    """``--resume``: the checkpoint is this run's (model, seed, config) and can reach ``cfg.epochs``."""
-    check_identity(ckpt, path, name, seed)
-    _check_resumable(ckpt["config"], cfg, path)
-    done = ckpt["epoch"]
-    if done > cfg.epochs:
-        raise CheckpointError(f"--resume --epochs {cfg.epochs}: {path} has already trained {done} epochs, and a run "
-                              f"cannot go back; pass --epochs {done} (or more) to resume it, or --overwrite to train "
-                              f"{cfg.epochs} epochs afresh")
-    if ckpt["optimizer"] is None and done < cfg.epochs and not ckpt.get("stopped"):
-        raise CheckpointError(f"--resume --epochs {cfg.epochs}: {path} was packed as finished after {done} epochs "
-                              f"(its optimizer state was dropped), so it cannot train on; pass --epochs {done}")
-
-
-def _load_weights(model: nn.Module, weights: dict, path: Path, name: str) -> None:
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as e:  # missing / unexpected keys, shape mismatches
-        raise CheckpointError(f"{path}: its weights do not fit model {name!r} ({str(e).splitlines()[0][:160]}); "
-                              f"is it another model's checkpoint?") from None
-
-
 def _prepare_folder(exp: Experiment, cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> None:
     """Refuse to replace checkpoints silently, to mix configs, or to leave runs out of the folder's results
     (``results.json`` and ``table.txt`` always describe every run of the folder); ``resume`` with nothing to
@@ -261,7 +231,7 @@ def _prepare_folder(exp: Experiment, cfg: RunConfig, out: Path, resume: bool, ov
         for name in cfg.models:
             for seed in cfg.seeds:
                 if (path := found.get(f"{name}-seed{seed}")) is not None:
-                    _check_continuable(load_checkpoint(path, exp.name), cfg, name, seed, path)
+                    check_continuable(load_checkpoint(path, exp.name), cfg, name, seed, path)
 
 
 # -- one model, one seed --------------------------------------------------------------------------
@@ -278,8 +248,8 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
              "best_model": None, "bad_evals": 0, "stopped": False}
     if resume and ckpt_path.exists():
         ckpt = load_checkpoint(ckpt_path, exp.name)
-        _check_continuable(ckpt, shared, name, seed, ckpt_path)
-        _load_weights(model, ckpt["model"], ckpt_path, name)
+        check_continuable(ckpt, shared, name, seed, ckpt_path)
+        load_weights(model, ckpt["model"], ckpt_path, name)
         if ckpt["optimizer"] is not None:  # None: packed as finished (pseudosl.experiments.archive), never trains on
             optimizer.load_state_dict(ckpt["optimizer"])
         state.update({k: ckpt[k] for k in state if k in ckpt})
@@ -599,7 +569,7 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
             data_cache[cfg.content_key()] = exp.load_data(cfg)
         base, run_cfg = model_variant(cfg, ckpt["model_name"])
         model = exp.build_model(base, run_cfg)
-        _load_weights(model, ckpt.get("best_model") or ckpt["model"], path, ckpt["model_name"])
+        load_weights(model, ckpt.get("best_model") or ckpt["model"], path, ckpt["model_name"])
         model = accelerator.unwrap_model(accelerator.prepare(model))
         test = data_cache[cfg.content_key()].test
         metrics, _ = _evaluate(exp, model, test, run_cfg, accelerator)
