@@ -136,11 +136,13 @@ def pack(run_dir: str | Path, dest: str | Path, extra: Sequence[str | Path] = ()
             for path in map(Path, extra):
                 tar.add(path, arcname="extra/" + path.name, recursive=False)
         parts.close()
-    except OSError as e:
+    except Exception as e:  # a full disk, a damaged checkpoint: no parts of a half archive are left
         parts.close()
         for p in dest.glob(f"{name}.tgz.*"):
             p.unlink(missing_ok=True)
-        raise StorageError(f"could not pack {run_dir} into {dest}: {e}; free space there") from None
+        if isinstance(e, OSError) and not isinstance(e, StorageError):
+            raise StorageError(f"could not pack {run_dir} into {dest}: {e}; free space there") from None
+        raise
     manifest = {"format": FORMAT, "name": name, "packed_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "bytes": sum(p["bytes"] for p in parts.parts), "parts": parts.parts, "runs": runs}
     with atomic_path(dest / f"{name}.json") as tmp:
