@@ -123,7 +123,8 @@ class RunConfig:
         needs = self.memory_needs()
         if needs is not None:
             make, hold, what = needs
-            workers = self.jobs if self.jobs > 1 and len(self.models) * len(self.seeds) > 1 else 0
+            runs = len(self.models) * len(self.seeds)
+            workers = min(self.jobs, runs) if self.jobs > 1 and runs > 1 else 0  # harness._train_parallel's pool
             check_memory(make + workers * hold, what + (f" (made once, then held by {workers} worker processes "
                                                         f"too)" if workers else ""),
                          "lower them (or --jobs), or free memory")
