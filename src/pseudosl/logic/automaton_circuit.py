@@ -59,22 +59,29 @@ class _Tree:
     hi: list[int]
     left: list[int]
     right: list[int]
+    levels: list[np.ndarray]  # the node ids of each depth, root first
 
     @staticmethod
     def over(k: int) -> "_Tree":
-        lo, hi, left, right = [0], [k], [-1], [-1]
-        i = 0
-        while i < len(lo):  # breadth-first: a node's children come after it
-            a, b = lo[i], hi[i]
-            if b - a > 1:
-                mid = (a + b) // 2
-                left[i], right[i] = len(lo), len(lo) + 1
-                lo += [a, mid]
-                hi += [mid, b]
-                left += [-1, -1]
-                right += [-1, -1]
-            i += 1
-        return _Tree(lo, hi, left, right)
+        """Node ``i`` splits ``[lo, hi)`` at ``(lo + hi) // 2``; nodes numbered breadth-first (children after parents)."""
+        lo, hi = [np.zeros(1, dtype=np.int64)], [np.full(1, k, dtype=np.int64)]
+        left, levels, n = [], [np.zeros(1, dtype=np.int64)], 1
+        while True:
+            split = hi[-1] - lo[-1] > 1
+            first = np.full(len(split), -1, dtype=np.int64)
+            first[split] = n + 2 * np.arange(split.sum())
+            left.append(first)
+            if not split.any():
+                break
+            a, b = lo[-1][split], hi[-1][split]
+            mid = (a + b) // 2
+            lo.append(np.stack([a, mid], 1).reshape(-1))
+            hi.append(np.stack([mid, b], 1).reshape(-1))
+            levels.append(np.arange(n, n + len(lo[-1])))
+            n += len(lo[-1])
+        lefts = np.concatenate(left)
+        return _Tree(np.concatenate(lo).tolist(), np.concatenate(hi).tolist(), lefts.tolist(),
+                     np.where(lefts < 0, -1, lefts + 1).tolist(), levels)
 
     def cover(self, positions: list[int], inside: bool) -> list[int]:
         """The largest tree intervals inside the sorted ``positions`` (``inside``) or outside them (not)."""
@@ -155,14 +162,12 @@ def _value_order(dfa: SparseDFA, s: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 def _pure_intervals(tree: _Tree, default: np.ndarray) -> list[list[int]]:
     """Per row, per tree node: the destination shared by all of its values, -1 if they differ."""
-    n = len(tree.lo)
-    pure = np.full((default.shape[0], n), -1, dtype=np.int64)
     left, right, lo = np.array(tree.left), np.array(tree.right), np.array(tree.lo)
-    leaf = left < 0
-    pure[:, leaf] = default[:, lo[leaf]]
-    for i in reversed(np.flatnonzero(~leaf).tolist()):  # children after parents: go backwards
-        a, b = pure[:, left[i]], pure[:, right[i]]
-        pure[:, i] = np.where(a == b, a, -1)
+    pure = default[:, lo]  # right for the leaves
+    for level in reversed(tree.levels):  # children before parents
+        inner = level[left[level] >= 0]
+        a, b = pure[:, left[inner]], pure[:, right[inner]]
+        pure[:, inner] = np.where(a == b, a, -1)
     return pure.tolist()
 
 
