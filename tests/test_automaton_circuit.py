@@ -13,7 +13,7 @@ import pytest
 
 import oracle
 from checks import assert_matches_oracle, assert_queries_match_oracle, assert_samples_match_oracle, random_log_weights
-from pseudosl import compile_automaton
+from pseudosl import Circuit, compile_automaton
 from pseudosl.logic.automaton import DFA, SparseDFA, forbidden_words_dfa, forbidden_words_sparse_dfa
 from pseudosl.logic.automaton_circuit import automaton_dag, automaton_edges
 from pseudosl.logic.errors import SizeLimitError
@@ -58,9 +58,13 @@ def truth_and_circuit(dfa: DFA | SparseDFA, n: int):
 def test_probabilities_queries_and_determinism_match_brute_force(dfa):
     n_max = {2: 6, 3: 4, 4: 3}[dfa.n_values]
     for n in range(1, n_max + 1):
-        truth, circuit = truth_and_circuit(dfa, n)
+        fanout = (2, 3, None)[n % 3]  # binary, ternary, or as chosen (flat or binary)
+        truth = oracle.truth_of(dfa.accepts, n, dfa.n_values)
+        circuit = Circuit(automaton_dag(dfa, n, fanout=fanout))
+        assert (circuit.n_vars, circuit.n_values) == (n, dfa.n_values)
+        assert circuit.dag.is_false() == (not truth.any())
         circuit.check()  # smooth, decomposable, and deterministic by enumeration
-        assert circuit.n_edges <= automaton_edges(dfa, n)  # the estimate is an upper bound
+        assert circuit.n_edges <= automaton_edges(dfa, n, fanout=fanout)  # the estimate is an upper bound
         x = random_log_weights(n, 3, n, dfa.n_values, normalised=n % 2 == 0)
         assert_matches_oracle(circuit, [truth], x)
         assert_queries_match_oracle(circuit, [truth], x)
@@ -110,7 +114,8 @@ def test_dead_and_unreachable_states_add_nothing():
     truth, circuit = truth_and_circuit(dfa, 4)
     assert truth.sum() == 2**4
     without = SparseDFA(2, 3, 0, {0}, default=[[0, 1, 0], [1, 1, 1]], exceptions=[], row_of=[0, 1])
-    assert circuit.n_edges == automaton_dag(without, 4).n_edges
+    for fanout in (2, 3):
+        assert automaton_dag(dfa, 4, fanout=fanout).n_edges == automaton_dag(without, 4, fanout=fanout).n_edges
 
 
 def test_refusals_name_the_argument():
@@ -121,5 +126,7 @@ def test_refusals_name_the_argument():
         automaton_dag([[0, 1]], 3)
     with pytest.raises(ValueError, match="n_positions"):
         automaton_edges(dfa, 0)
+    with pytest.raises(ValueError, match="fanout must be >= 2"):
+        automaton_dag(dfa, 3, fanout=1)
     with pytest.raises(SizeLimitError, match="default rows .* above max_edges=100 .*catch-all"):
         forbidden_words_sparse_dfa([[0, 1]], 1000, max_edges=100)

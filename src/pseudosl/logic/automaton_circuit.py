@@ -10,14 +10,16 @@
 
 where ``r`` is the default row of ``s`` and ``E_s`` its excepted values.  The values are laid out in one
 order (:func:`_value_order`: each row's values of equal destination side by side, then by the first state
-that excepts them) and split into a balanced binary tree of intervals ``I``.  ``T_t(r, I)`` is
+that excepts them) and split into a balanced tree of intervals ``I``.  ``T_t(r, I)`` is
 ``[y_t in I] AND N_{t+1}(d)`` when every value of ``I`` has the same default destination ``d`` in row ``r``,
-else ``OR(T_t(r, left half), T_t(r, right half))``; ``[y_t in I]`` is itself the OR of the literals of ``I``
-built as the same tree (``V_t(I)``), shared by every row and exception set.  The values outside ``E_s``
-are covered by at most ``|E_s| * depth`` tree intervals, so a state costs ``O(|E_s| log k)`` edges per
-position and every state without exceptions is its row's tree root (no edge at all): the circuit has about
-``n * (R * k + E log k)`` edges for ``R`` default rows and ``E`` exceptions, against ``n * states * values``
-for a table.  Only states reachable from the start at ``t`` are built, and a node that is FALSE (no
+else the OR of ``T_t(r, .)`` over the children of ``I``; ``[y_t in I]`` is itself the OR of the literals of
+``I`` built as the same tree (``V_t(I)``), shared by every row and exception set.  With a binary tree the
+values outside ``E_s`` are covered by at most ``|E_s| * depth`` tree intervals, so a state costs
+``O(|E_s| log k)`` edges per position and every state without exceptions is its row's tree root (no edge at
+all): the circuit has about ``n * (R * k + E log k)`` edges for ``R`` default rows and ``E`` exceptions,
+against ``n * states * values`` for a table.  Each tree level is a layer of the evaluation, so a small
+automaton, whose table is cheap, gets a flat tree (the root's children are the values: one OR per state and
+position, as a table's unrolling) when its estimated size is at most twice the binary tree's (:func:`_plan`).  Only states reachable from the start at ``t`` are built, and a node that is FALSE (no
 accepted continuation of this length) is dropped, so no dead node is ever made.
 
 It is smooth by construction (every node of position ``t`` mentions exactly ``y_t .. y_{n-1}``: literals
@@ -53,35 +55,39 @@ __all__ = ["automaton_dag", "automaton_edges"]
 
 @dataclass(frozen=True)
 class _Tree:
-    """Balanced binary tree of intervals of value positions ``0 .. k-1`` (node 0 = everything; -1 = no child)."""
+    """A balanced tree of intervals of value positions ``0 .. k-1``: node 0 is everything, a node of ``m > 1``
+    positions has ``min(fanout, m)`` children of near-equal sizes, ids ``first .. first + count - 1``
+    (numbered breadth-first: children after parents); a leaf (one position) has ``count = 0``."""
 
     lo: list[int]
     hi: list[int]
-    left: list[int]
-    right: list[int]
+    first: list[int]
+    count: list[int]
     levels: list[np.ndarray]  # the node ids of each depth, root first
 
     @staticmethod
-    def over(k: int) -> "_Tree":
-        """Node ``i`` splits ``[lo, hi)`` at ``(lo + hi) // 2``; nodes numbered breadth-first (children after parents)."""
+    def over(k: int, fanout: int) -> "_Tree":
         lo, hi = [np.zeros(1, dtype=np.int64)], [np.full(1, k, dtype=np.int64)]
-        left, levels, n = [], [np.zeros(1, dtype=np.int64)], 1
+        first, count, levels, n = [], [], [np.zeros(1, dtype=np.int64)], 1
         while True:
-            split = hi[-1] - lo[-1] > 1
-            first = np.full(len(split), -1, dtype=np.int64)
-            first[split] = n + 2 * np.arange(split.sum())
-            left.append(first)
-            if not split.any():
+            parts = np.minimum(hi[-1] - lo[-1], fanout)
+            parts[parts == 1] = 0
+            count.append(parts)
+            first.append(np.where(parts > 0, n + np.cumsum(parts) - parts, -1))
+            if not parts.any():
                 break
-            a, b = lo[-1][split], hi[-1][split]
-            mid = (a + b) // 2
-            lo.append(np.stack([a, mid], 1).reshape(-1))
-            hi.append(np.stack([mid, b], 1).reshape(-1))
-            levels.append(np.arange(n, n + len(lo[-1])))
-            n += len(lo[-1])
-        lefts = np.concatenate(left)
-        return _Tree(np.concatenate(lo).tolist(), np.concatenate(hi).tolist(), lefts.tolist(),
-                     np.where(lefts < 0, -1, lefts + 1).tolist(), levels)
+            parent = np.repeat(np.arange(len(parts)), parts)
+            j = np.arange(len(parent)) - np.repeat(np.cumsum(parts) - parts, parts)  # child index in its parent
+            a, size, p = lo[-1][parent], (hi[-1] - lo[-1])[parent], parts[parent]
+            lo.append(a + size * j // p)
+            hi.append(a + size * (j + 1) // p)
+            levels.append(np.arange(n, n + len(parent)))
+            n += len(parent)
+        return _Tree(np.concatenate(lo).tolist(), np.concatenate(hi).tolist(), np.concatenate(first).tolist(),
+                     np.concatenate(count).tolist(), levels)
+
+    def kids(self, i: int) -> range:
+        return range(self.first[i], self.first[i] + self.count[i])
 
     def cover(self, positions: list[int], inside: bool) -> list[int]:
         """The largest tree intervals inside the sorted ``positions`` (``inside``) or outside them (not)."""
@@ -94,7 +100,7 @@ class _Tree:
             if n_in == (b - a if inside else 0):
                 out.append(i)
             elif n_in != (0 if inside else b - a):
-                stack += [self.right[i], self.left[i]]
+                stack += reversed(self.kids(i))
         return out
 
 
@@ -111,7 +117,7 @@ class _Plan:
     live: np.ndarray  # (n_states,) bool: some accepting state is reachable
 
     @staticmethod
-    def of(dfa: SparseDFA) -> "_Plan":
+    def of(dfa: SparseDFA, fanout: int) -> "_Plan":
         live = dfa.live_states()
         s, c, d = _real_exceptions(dfa).T
         keep = live[s]
@@ -119,7 +125,7 @@ class _Plan:
         order = _value_order(dfa, s, c)
         position = np.empty(dfa.n_values, dtype=np.int64)
         position[order] = np.arange(dfa.n_values)
-        tree = _Tree.over(dfa.n_values)
+        tree = _Tree.over(dfa.n_values, fanout)
         pure = _pure_intervals(tree, dfa.default[:, order])
         covers: dict[int, list[int]] = {}
         groups: dict[int, list[tuple[int, list[int]]]] = {}
@@ -143,6 +149,23 @@ class _Plan:
         states = sum(len(cover) + sum(4 + len(nodes) for _, nodes in self.groups[s]) for s, cover in self.covers.items())
         return trees + states
 
+    def flat_edges_per_position(self) -> int:
+        """The same bound for a flat tree (``fanout = k``: a state's cover lists its values one by one)."""
+        rows = len(set(self.dfa.row_of[self.live].tolist()))
+        k = self.dfa.n_values
+        return 2 * (k + 1) * (1 + rows) + sum(k + 4 * len(self.groups[s]) for s in self.covers)
+
+
+def _plan(dfa: SparseDFA, fanout: int | None) -> _Plan:
+    """The plan with this tree fan-out; ``None``: binary, or flat (one OR per state and position, as a table's
+    unrolling, and so fewer layers to evaluate) where the flat circuit is at most twice the binary one's size."""
+    if fanout is not None:
+        return _Plan.of(dfa, check_int("fanout", fanout, low=2))
+    binary = _Plan.of(dfa, 2)
+    if binary.flat_edges_per_position() <= 2 * binary.edges_per_position():
+        return _Plan.of(dfa, dfa.n_values)
+    return binary
+
 
 def _real_exceptions(dfa: SparseDFA) -> np.ndarray:
     """``(E', 3)`` the exceptions that change a destination (sorted by state, as stored)."""
@@ -162,12 +185,14 @@ def _value_order(dfa: SparseDFA, s: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 def _pure_intervals(tree: _Tree, default: np.ndarray) -> list[list[int]]:
     """Per row, per tree node: the destination shared by all of its values, -1 if they differ."""
-    left, right, lo = np.array(tree.left), np.array(tree.right), np.array(tree.lo)
-    pure = default[:, lo]  # right for the leaves
-    for level in reversed(tree.levels):  # children before parents
-        inner = level[left[level] >= 0]
-        a, b = pure[:, left[inner]], pure[:, right[inner]]
-        pure[:, inner] = np.where(a == b, a, -1)
+    first, count = np.array(tree.first), np.array(tree.count)
+    pure = default[:, np.array(tree.lo)]  # right for the leaves
+    for level in reversed(tree.levels[:-1]):  # children before parents; a level's children are the next level
+        inner = level[count[level] > 0]
+        starts = first[inner] - first[inner[0]]
+        kids = pure[:, first[inner[0]]:first[inner[-1]] + count[inner[-1]]]
+        low, high = np.minimum.reduceat(kids, starts, axis=1), np.maximum.reduceat(kids, starts, axis=1)
+        pure[:, inner] = np.where(low == high, low, -1)
     return pure.tolist()
 
 
@@ -191,21 +216,24 @@ def _reachable(dfa: SparseDFA, n_positions: int) -> list[np.ndarray]:
     return out
 
 
-def automaton_edges(dfa: DFA | SparseDFA, n_positions: int) -> int:
+def automaton_edges(dfa: DFA | SparseDFA, n_positions: int, *, fanout: int | None = None) -> int:
     """An upper bound on the edges :func:`automaton_dag` makes over ``n_positions`` positions (see
     :meth:`_Plan.edges_per_position`); it costs ``O(R * k + E log k)``, not a circuit."""
-    return check_int("n_positions", n_positions, low=1) * _Plan.of(_sparse(dfa)).edges_per_position()
+    n_positions = check_int("n_positions", n_positions, low=1)
+    return n_positions * _plan(_sparse(dfa), fanout).edges_per_position()
 
 
-def automaton_dag(dfa: DFA | SparseDFA, n_positions: int, *, max_edges: int | None = DEFAULT_MAX_EDGES) -> Dag:
+def automaton_dag(dfa: DFA | SparseDFA, n_positions: int, *, max_edges: int | None = DEFAULT_MAX_EDGES,
+                  fanout: int | None = None) -> Dag:
     """The circuit over ``n_positions`` variables with ``dfa.n_values`` values: "``dfa`` accepts ``y``".
 
-    Above ``max_edges`` estimated edges (:func:`automaton_edges`) it is a
+    ``fanout`` is the branching of the interval tree (``None``: binary, or flat where that is at most twice
+    as large; see the module docs).  Above ``max_edges`` estimated edges (:func:`automaton_edges`) it is a
     :class:`~pseudosl.logic.errors.SizeLimitError` before the circuit is built (``None``: no limit).
     """
     dfa = _sparse(dfa)
     n_positions = check_int("n_positions", n_positions, low=1)
-    plan = _Plan.of(dfa)
+    plan = _plan(dfa, fanout)
     check_limit(f"the automaton ({dfa.n_states:,} states, {dfa.n_values:,} values, {dfa.n_exceptions:,} exceptions) "
                 f"over {n_positions:,} positions needs circuit edges numbering about",
                 n_positions * plan.edges_per_position(), max_edges, "max_edges")
@@ -263,19 +291,17 @@ class _Unroller:
                 tree[i] = FALSE if nxt[d] == FALSE else self._and(self._values(t, i, sets), nxt[d])
             else:
                 tr = self.plan.tree
-                tree[i] = self._or([self._row(t, r, tr.left[i], nxt, tree, sets),
-                                    self._row(t, r, tr.right[i], nxt, tree, sets)])
+                tree[i] = self._or([self._row(t, r, j, nxt, tree, sets) for j in tr.kids(i)])
         return tree[i]
 
     def _values(self, t: int, i: int, sets: list[int]) -> int:
         """``V_t(I_i)``: ``y_t`` takes a value of interval ``i`` (its literals, as the tree)."""
         if sets[i] < 0:
             tr = self.plan.tree
-            if tr.left[i] < 0:
+            if not tr.count[i]:
                 sets[i] = self._new(_LIT, [], t, int(self.plan.order[tr.lo[i]]))
             else:
-                sets[i] = self._new(_OR, [self._values(t, tr.left[i], sets),
-                                          self._values(t, tr.right[i], sets)])
+                sets[i] = self._new(_OR, [self._values(t, j, sets) for j in tr.kids(i)])
         return sets[i]
 
     def _and(self, values: int, after: int) -> int:
