@@ -363,7 +363,7 @@ def forbidden_words_sparse_dfa(words: Sequence[Sequence[int]], n_values: int, *,
     Example:
         >>> dfa = forbidden_words_sparse_dfa([[0, 1], [2]], n_values=4)
         >>> dfa.n_states, dfa.n_exceptions, dfa.accepts([1, 0, 0, 3]), dfa.accepts([3, 0, 1])
-        (3, 3, True, False)
+        (3, 1, True, False)
     """
     n_values = check_int("n_values", n_values, low=2)
     goto, terminal = _trie(words, n_values)
