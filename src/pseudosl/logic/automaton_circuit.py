@@ -19,13 +19,14 @@ values outside ``E_s`` are covered by at most ``|E_s| * depth`` tree intervals, 
 all): the circuit has about ``n * (R * k + E log k)`` edges for ``R`` default rows and ``E`` exceptions,
 against ``n * states * values`` for a table.  Each tree level is a layer of the evaluation, so a small
 automaton, whose table is cheap, gets a flat tree (the root's children are the values: one OR per state and
-position, as a table's unrolling) when its estimated size is at most twice the binary tree's (:func:`_plan`).  Only states reachable from the start at ``t`` are built, and a node that is FALSE (no
-accepted continuation of this length) is dropped, so no dead node is ever made.
+position, as a table's unrolling) when its estimated size is at most twice the binary tree's (:func:`_plan`).
+Only states reachable from the start at ``t`` are built, and a node that is FALSE (no accepted continuation
+of this length) is dropped, so no dead node is ever made.
 
 It is smooth by construction (every node of position ``t`` mentions exactly ``y_t .. y_{n-1}``: literals
 and ``V_t`` of ``y_t``, ``N_{t+1}`` of the later ones), decomposable (each AND joins ``y_t`` to
 ``N_{t+1}``) and deterministic by construction (every OR's children fix ``y_t`` to disjoint value sets:
-the two halves of an interval, or the cover intervals and exception groups of a partition of the
+the parts of an interval, or the cover intervals and exception groups of a partition of the
 values), and monotone (no subtraction), so MPE and sampling are exact.  The arrays are made directly,
 not through :class:`~.builder.CircuitBuilder`, whose node-by-node determinism check would dominate the
 time; :class:`~.dag.Dag` still validates smoothness and decomposability, and the tests check determinism
