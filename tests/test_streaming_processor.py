@@ -14,6 +14,7 @@ import torch
 import pseudosl
 from pseudosl.logic.automaton import DFA, SparseDFA, forbidden_words_dfa
 from pseudosl.logic.errors import UnsatisfiableError
+from pseudosl.psl import automaton_mask
 from pseudosl.psl.constraint import AutomatonConstraint, ValueMap
 from pseudosl.psl.row_lineage import RowLineage
 from psl_models import tiny_gpt2
@@ -68,13 +69,21 @@ def feed(processor, ids: torch.Tensor, prompt_length: int) -> torch.Tensor:
     return torch.isfinite(out)
 
 
+@pytest.fixture(params=["dense", "sparse"])
+def tables(request, monkeypatch):
+    """Both ways of reading the automaton on the device: dense tables per state, and the exceptions per call."""
+    if request.param == "sparse":
+        monkeypatch.setattr(automaton_mask, "DENSE_ENTRIES", 0)
+    return request.param
+
+
 SETTINGS = {"live": (None, None), "budget 4": (None, 4), "budget 2": (None, 2), "eos": (EOS, None),
             "eos, budget 4": (EOS, 4)}
 
 
 @pytest.mark.parametrize("setting", SETTINGS)
 @pytest.mark.parametrize("seed", range(4))
-def test_mask_equals_brute_force(seed, setting):
+def test_mask_equals_brute_force(seed, setting, tables):
     a, (eos, budget) = Automaton(seed), SETTINGS[setting]
     make = lambda: pseudosl.ConstraintLogitsProcessor(a.constraint, eos_token_id=eos, max_new_tokens=budget)  # noqa: E731
     if not any(a.accepts(w) for n in range(4 if budget is None else budget + 1)
@@ -95,7 +104,7 @@ def test_mask_equals_brute_force(seed, setting):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_rows_are_followed_through_reordering(seed):
+def test_rows_are_followed_through_reordering(seed, tables):
     """Rows are copied and shuffled within groups (beams of a prompt) between calls, as beam search does."""
     a, rng = Automaton(seed), np.random.default_rng(seed)
     groups, beams, steps = 3, 3, 7
@@ -215,13 +224,16 @@ def test_arguments_are_checked():
 
 def test_an_unusable_value_does_not_count():
     """Value 1 has the EOS as its only token: from state 1 (after a 3) only value 1 leads back to acceptance, so with
-    the EOS ending the text a 3 is masked (nothing can follow it), without it a 3 is allowed."""
+    the EOS ending the text a 3 is masked (nothing can follow it), without it a 3 is allowed.  A row that has read a
+    3 anyway (a prefix the processor did not make) has no token left: it is left unmasked."""
     dfa = SparseDFA(3, 3, 0, {0}, default=[[1, 2, 0], [2, 0, 2], [2, 2, 2]], exceptions=[], row_of=[0, 1, 2])
     constraint = AutomatonConstraint(dfa, ValueMap([3, 0], V))
     with_eos = pseudosl.ConstraintLogitsProcessor(constraint, eos_token_id=0)(torch.ones(1, 1, dtype=torch.long),
                                                                              torch.zeros(1, V))
     without = pseudosl.ConstraintLogitsProcessor(constraint)(torch.ones(1, 1, dtype=torch.long), torch.zeros(1, V))
     assert torch.isinf(with_eos[0, 3]) and torch.isfinite(without[0, 3])
+    after_3 = feed(pseudosl.ConstraintLogitsProcessor(constraint, eos_token_id=0), torch.tensor([[1, 3]]), 1)
+    assert after_3.all()
 
 
 # -- generate ------------------------------------------------------------------------------------------

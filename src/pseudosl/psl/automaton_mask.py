@@ -21,6 +21,8 @@ synchronisation.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -32,7 +34,11 @@ from ..logic.automaton import SparseDFA
 from ..logic.errors import UnsatisfiableError
 from .constraint import AutomatonConstraint
 
-__all__ = ["AutomatonMask", "reach_sets"]
+__all__ = ["AutomatonMask", "DENSE_ENTRIES", "reach_sets"]
+
+DENSE_ENTRIES = 1 << 22
+"""Up to this many ``(state, value)`` pairs the destinations and each set's value masks are kept as dense tables on
+the device (32 MB of destinations at most); beyond, each call looks up its rows' exceptions."""
 
 
 def reach_sets(dfa: SparseDFA, usable: np.ndarray, *, at_most: bool,
@@ -80,6 +86,7 @@ class DeviceTables:
     accepting: Tensor  # (n_states,) bool
     usable: Tensor  # (k,) bool
     eos: Tensor  # (n_eos,) long
+    delta: Tensor | None = None  # (n_states, k) long, the dense table, when it has <= DENSE_ENTRIES entries
 
 
 class AutomatonMask:
@@ -125,6 +132,7 @@ class AutomatonMask:
                           lookup=None if vm is None else lookup, sets=sets, accepting=accepting, usable=usable,
                           eos=np.array(self.eos_token_ids, dtype=np.int64))
         self._tables: dict[torch.device, DeviceTables] = {}
+        self._biases: dict[tuple[torch.device, torch.dtype, int], tuple[Tensor, Tensor]] = {}
 
     def set_index(self, steps: int | None) -> int:
         """Row of the stored sets that holds ``S_steps`` (``None``: the live states)."""
@@ -136,15 +144,27 @@ class AutomatonMask:
     def tables(self, device: torch.device) -> DeviceTables:
         """The tables on ``device``, copied there on first use (a copy per call would wait for the device)."""
         if device not in self._tables:
-            self._tables[device] = DeviceTables(**{name: None if a is None else torch.tensor(a, device=device)
-                                                   for name, a in self._host.items()})
+            tab = DeviceTables(**{name: None if a is None else torch.tensor(a, device=device)
+                                  for name, a in self._host.items()})
+            if self.dense:
+                every = torch.arange(max(self.dfa.n_states, self.dfa.n_values), device=device)
+                delta = self.destinations(tab, every[:self.dfa.n_states, None], every[None, :self.dfa.n_values])
+                tab = dataclasses.replace(tab, delta=delta)
+            self._tables[device] = tab
         return self._tables[device]
+
+    @property
+    def dense(self) -> bool:
+        """Whether the tables per state (destinations, masks per set) are small enough to keep whole on a device."""
+        return self.dfa.n_states * self.dfa.n_values <= DENSE_ENTRIES
 
     def start_states(self, rows: int, device: torch.device) -> Tensor:
         return torch.full((rows,), self.dfa.start, dtype=torch.long, device=device)
 
     def destinations(self, tab: DeviceTables, states: Tensor, values: Tensor) -> Tensor:
         """``delta(states, values)`` (broadcast long tensors): the default row unless an exception says otherwise."""
+        if tab.delta is not None:
+            return tab.delta[states, values]
         dest = tab.default[tab.row_of[states], values]
         if tab.keys.numel() == 0:
             return dest
@@ -155,26 +175,42 @@ class AutomatonMask:
     def step(self, states: Tensor, tokens: Tensor) -> Tensor:
         """``(R,)`` states after reading ``tokens (R,)`` (token ids) from ``states (R,)``."""
         tab = self.tables(states.device)
-        values = tokens.long() if tab.lookup is None else tab.lookup[tokens.long()]
+        values = tokens if tab.lookup is None else tab.lookup[tokens]
         return self.destinations(tab, states, values)
 
-    def banned(self, states: Tensor, generated: int) -> Tensor:
-        """``(R, V)`` bool: the tokens to mask in rows at ``states (R,)`` after ``generated`` tokens.
+    def bias_rows(self, tab: DeviceTables, states: Tensor, set_index: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``(bias (R, k), eos_bias (R,))``: 0 for the values (and the end of the text) allowed in ``states (R,)``
+        with ``S_j`` (``j = set_index``) to reach, ``-inf`` for the others.
 
-        A row where every token would be banned (a state the processor did not lead to: padding after an
+        A row where everything would be banned (a state the processor did not lead to: padding after an
         end-of-sequence token, a prefix some other processor forced) bans nothing.
         """
-        tab = self.tables(states.device)
-        k = self.dfa.n_values
-        left = None if self.max_new_tokens is None else self.max_new_tokens - generated - 1
-        target = tab.sets[self.set_index(left)]
-        every_value = torch.arange(k, device=states.device)
-        ok_values = target[self.destinations(tab, states[:, None], every_value[None, :])]  # (R, k)
+        every_value = torch.arange(self.dfa.n_values, device=states.device)
+        ok = tab.sets[set_index][self.destinations(tab, states[:, None], every_value[None, :])]  # (R, k)
         ends = tab.accepting[states] if self.eos_token_ids else torch.zeros_like(states, dtype=torch.bool)
-        stuck = ~((ok_values & tab.usable).any(-1) | ends)
-        banned_values = ~(ok_values | stuck[:, None])
-        banned = banned_values if tab.lookup is None else banned_values.index_select(1, tab.lookup)
+        stuck = ~((ok & tab.usable).any(-1) | ends)
+        bias = torch.zeros(ok.shape, dtype=dtype, device=ok.device).masked_fill_(~(ok | stuck[:, None]), -math.inf)
+        return bias, torch.zeros(ends.shape, dtype=dtype, device=ok.device).masked_fill_(~(ends | stuck), -math.inf)
+
+    def mask(self, states: Tensor, generated: int, scores: Tensor) -> Tensor:
+        """``scores (R, V)`` plus ``-inf`` at the tokens banned in rows at ``states (R,)`` after ``generated`` tokens.
+
+        With the dense tables the value biases of every state are computed once per set ``S_j`` (and dtype), and a
+        call gathers its rows: three passes over ``(R, V)`` in all (the rows through the vocabulary's lookup, the
+        end-of-sequence columns, the sum).
+        """
+        tab = self.tables(states.device)
+        left = None if self.max_new_tokens is None else self.max_new_tokens - generated - 1
+        set_index = self.set_index(left)
+        if self.dense:
+            key = (states.device, scores.dtype, set_index)
+            if key not in self._biases:
+                every_state = torch.arange(self.dfa.n_states, device=states.device)
+                self._biases[key] = self.bias_rows(tab, every_state, set_index, scores.dtype)
+            bias, eos_bias = (b[states] for b in self._biases[key])
+        else:
+            bias, eos_bias = self.bias_rows(tab, states, set_index, scores.dtype)
+        out = bias if tab.lookup is None else bias.index_select(1, tab.lookup)  # (R, V)
         if self.eos_token_ids:  # the end of the text: allowed in accepting states
-            eos_banned = ~(ends | stuck)
-            banned = banned.index_copy(1, tab.eos, eos_banned[:, None].expand(-1, tab.eos.numel()))
-        return banned
+            out.index_copy_(1, tab.eos, eos_bias[:, None].expand(-1, tab.eos.numel()))
+        return out.add_(scores)

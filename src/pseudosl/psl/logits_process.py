@@ -180,12 +180,10 @@ class ConstraintLogitsProcessor(LogitsProcessor):
             self._continue(input_ids)
         generated = input_ids.shape[1] - self.prompt_length
         if self.automaton is not None:
-            banned = self.automaton.banned(self._states, generated)
-        elif generated >= self.circuit.n_vars:
+            return self.automaton.mask(self._states, generated, scores)
+        if generated >= self.circuit.n_vars:
             return scores
-        else:
-            banned = ~self.allowed_tokens(input_ids[:, self.prompt_length:], vocab)
-        return scores.masked_fill(banned, float("-inf"))
+        return scores.masked_fill(~self.allowed_tokens(input_ids[:, self.prompt_length:], vocab), float("-inf"))
 
     def _check_inputs(self, input_ids: Tensor, scores: Tensor) -> int:
         """Shapes, dtypes, devices (free); token ids on CPU tensors (read only where the data is on the host)."""
@@ -215,10 +213,11 @@ class ConstraintLogitsProcessor(LogitsProcessor):
                                  f"{input_ids.device}: move it with circuit.to({str(input_ids.device)!r})")
         new = input_ids if self._length is None else input_ids[:, -1:]  # earlier tokens were checked when new
         if new.numel() and _validation.reads_values(new):
-            outside = new[(new < 0) | (new >= vocab)]
-            if outside.numel():
-                raise ValueError(f"input_ids holds token {int(outside[0])} outside the vocabulary 0..{vocab - 1}: "
-                                 "pass the token ids of the model whose scores these are")
+            low, high = torch.aminmax(new)
+            if low < 0 or high >= vocab:
+                outside = int(new[(new < 0) | (new >= vocab)][0])
+                raise ValueError(f"input_ids holds token {outside} outside the vocabulary 0..{vocab - 1}: pass the "
+                                 "token ids of the model whose scores these are")
         return vocab
 
     def _start(self, input_ids: Tensor) -> None:
@@ -230,7 +229,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         self.prompt_length, self._length, self._prompt = length, length, input_ids.clone()
         if self.automaton is not None:
             self._states = self.automaton.start_states(rows, input_ids.device)
-            self._lineage = RowLineage(input_ids)
+            self._lineage = RowLineage(input_ids) if rows > 1 else None
             self._last_ids = input_ids.clone() if _validation.reads_values(input_ids) else None
 
     def _continue(self, input_ids: Tensor) -> None:
@@ -251,15 +250,17 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         if self.automaton is None:
             self._length = length
             return
-        parents = self._lineage.parents(input_ids)
+        parents = None if self._lineage is None else self._lineage.parents(input_ids)  # one row: its own parent
         if on_host and self._last_ids is not None:  # the exact check: reading the rows costs no device sync here
-            differ = (input_ids[:, :-1] != self._last_ids[parents]).any(1)
-            if differ.any():
-                raise ValueError(f"input_ids row {int(differ.nonzero()[0])} continues no row of the last call (its "
-                                 f"first {length - 1} tokens match none of them); " + ONE_CALL)
+            last = self._last_ids if parents is None else self._last_ids[parents]
+            if not torch.equal(input_ids[:, :-1], last):
+                raise ValueError(f"input_ids row {int((input_ids[:, :-1] != last).any(1).nonzero()[0])} continues no "
+                                 f"row of the last call (its first {length - 1} tokens match none of them); " + ONE_CALL)
             self._last_ids = input_ids.clone()
-        self._lineage.advance(input_ids, parents)
-        self._states = self.automaton.step(self._states[parents], input_ids[:, -1])
+        if parents is not None:
+            self._lineage.advance(input_ids, parents)
+            self._states = self._states[parents]
+        self._states = self.automaton.step(self._states, input_ids[:, -1])
         self._length = length
 
     # -- window mode ---------------------------------------------------------------------------------------

@@ -43,27 +43,29 @@ class RowLineage:
             for a in range(0, rows, block):
                 differ = prompts[a:a + block, None, :] != prompts[None, :, :]  # (b, R, P)
                 last_diff[a:a + block] = (differ * position).amax(-1) - 1
-        self.last_diff, self.token_at, self.length = last_diff, token_at(prompts, last_diff), length
+        self.take(prompts, last_diff)
+
+    def take(self, ids: Tensor, last_diff: Tensor) -> None:
+        """Remember the rows ``ids`` whose pairs differ last at ``last_diff``."""
+        rows = ids.shape[0]
+        self.last_diff, self.token_at = last_diff, token_at(ids, last_diff)
+        self.positions, self.free = last_diff.clamp(min=0).reshape(1, rows * rows), last_diff < 0
 
     def parents(self, ids: Tensor) -> Tensor:
         """``(R,)`` long: for the rows ``ids (R, L + 1)`` of the next call, row ``i`` continues row ``parents[i]`` of
         the last call, if it continues any (a row that continues none gets an arbitrary one: check that apart)."""
         rows = ids.shape[0]
-        positions = self.last_diff.clamp(min=0).reshape(1, rows * rows)
-        free = self.last_diff < 0
         block = max(1, BLOCK_ELEMENTS // (rows * rows))
         matches = []
         for a in range(0, rows, block):
             part = ids[a:a + block]
-            seen = part.gather(1, positions.expand(part.shape[0], -1)).view(-1, rows, rows)  # (b, j, k)
-            matches.append(((seen == self.token_at) | free).all(-1))
-        match = torch.cat(matches)  # (R, R): row i continues row j
+            seen = part.gather(1, self.positions.expand(part.shape[0], -1)).view(-1, rows, rows)  # (b, j, k)
+            matches.append(((seen == self.token_at) | self.free).all(-1))
+        match = matches[0] if len(matches) == 1 else torch.cat(matches)  # (R, R): row i continues row j
         return match.to(torch.uint8).argmax(1)
 
     def advance(self, ids: Tensor, parents: Tensor) -> None:
         """Take the rows ``ids (R, L + 1)``, row ``i`` continuing row ``parents[i]`` of the last call."""
         last = ids[:, -1]
         inherited = self.last_diff[parents[:, None], parents[None, :]]
-        self.last_diff = torch.where(last[:, None] != last[None, :], ids.shape[1] - 1, inherited)
-        self.token_at = token_at(ids, self.last_diff)
-        self.length = ids.shape[1]
+        self.take(ids, torch.where(last[:, None] != last[None, :], ids.shape[1] - 1, inherited))
