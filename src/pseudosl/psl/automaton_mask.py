@@ -16,7 +16,9 @@ before the end-of-sequence token, which is allowed exactly in accepting states).
 On a device the automaton lives as its :class:`~pseudosl.logic.automaton.SparseDFA` tables -- default rows,
 ``row_of``, the exceptions' sorted keys ``state * n_values + value`` (found with ``torch.searchsorted``) -- with
 the sets ``S_j`` and the value map's lookup, copied there once; a step and a mask are a few gathers, with no host
-synchronisation.
+synchronisation.  When ``n_states * n_values <= DENSE_ENTRIES`` the destinations and, per set, every state's
+mask over the values are kept whole instead (as XGrammar caches token masks per state), so a call gathers its
+rows' masks; the tokens of the most common value (the catch-all) take their mask in one broadcast sum.
 """
 
 from __future__ import annotations
@@ -85,7 +87,8 @@ class DeviceTables:
     sets: Tensor  # (m, n_states) bool
     accepting: Tensor  # (n_states,) bool
     usable: Tensor  # (k,) bool
-    eos: Tensor  # (n_eos,) long
+    special_tokens: Tensor  # (n_special,) long: the tokens of every column but the most common one
+    special_columns: Tensor  # (n_special,) long: their columns of the biases (value, or k for an EOS token)
     delta: Tensor | None = None  # (n_states, k) long, the dense table, when it has <= DENSE_ENTRIES entries
 
 
@@ -127,10 +130,14 @@ class AutomatonMask:
         accepting = np.zeros(dfa.n_states, dtype=bool)
         accepting[list(dfa.accepting)] = True
         exceptions = dfa.exceptions  # sorted by (state, value): the keys are sorted
+        column = lookup.copy()  # each token's column of the biases: its value, or k for an end-of-sequence token
+        column[list(self.eos_token_ids)] = dfa.n_values
+        self.common_column = int(np.bincount(column).argmax())
+        special = np.flatnonzero(column != self.common_column)
         self._host = dict(default=dfa.default, row_of=dfa.row_of,
                           keys=exceptions[:, 0] * dfa.n_values + exceptions[:, 1], dest=exceptions[:, 2],
                           lookup=None if vm is None else lookup, sets=sets, accepting=accepting, usable=usable,
-                          eos=np.array(self.eos_token_ids, dtype=np.int64))
+                          special_tokens=special, special_columns=column[special])
         self._tables: dict[torch.device, DeviceTables] = {}
         self._biases: dict[tuple[torch.device, torch.dtype, int], tuple[Tensor, Tensor]] = {}
 
@@ -178,9 +185,9 @@ class AutomatonMask:
         values = tokens if tab.lookup is None else tab.lookup[tokens]
         return self.destinations(tab, states, values)
 
-    def bias_rows(self, tab: DeviceTables, states: Tensor, set_index: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """``(bias (R, k), eos_bias (R,))``: 0 for the values (and the end of the text) allowed in ``states (R,)``
-        with ``S_j`` (``j = set_index``) to reach, ``-inf`` for the others.
+    def bias_rows(self, tab: DeviceTables, states: Tensor, set_index: int, dtype: torch.dtype) -> Tensor:
+        """``(R, k + 1)``: 0 for the values allowed in ``states (R,)`` with ``S_j`` (``j = set_index``) to reach,
+        ``-inf`` for the others; column ``k`` for the end of the text (allowed in accepting states, with an EOS).
 
         A row where everything would be banned (a state the processor did not lead to: padding after an
         end-of-sequence token, a prefix some other processor forced) bans nothing.
@@ -189,15 +196,16 @@ class AutomatonMask:
         ok = tab.sets[set_index][self.destinations(tab, states[:, None], every_value[None, :])]  # (R, k)
         ends = tab.accepting[states] if self.eos_token_ids else torch.zeros_like(states, dtype=torch.bool)
         stuck = ~((ok & tab.usable).any(-1) | ends)
-        bias = torch.zeros(ok.shape, dtype=dtype, device=ok.device).masked_fill_(~(ok | stuck[:, None]), -math.inf)
-        return bias, torch.zeros(ends.shape, dtype=dtype, device=ok.device).masked_fill_(~(ends | stuck), -math.inf)
+        allowed = torch.cat([ok, ends[:, None]], 1) | stuck[:, None]
+        return torch.zeros(allowed.shape, dtype=dtype, device=ok.device).masked_fill_(~allowed, -math.inf)
 
     def mask(self, states: Tensor, generated: int, scores: Tensor) -> Tensor:
         """``scores (R, V)`` plus ``-inf`` at the tokens banned in rows at ``states (R,)`` after ``generated`` tokens.
 
-        With the dense tables the value biases of every state are computed once per set ``S_j`` (and dtype), and a
-        call gathers its rows: three passes over ``(R, V)`` in all (the rows through the vocabulary's lookup, the
-        end-of-sequence columns, the sum).
+        Every token of the most common column (the catch-all value of a folded vocabulary) gets its column's bias
+        in one broadcast sum over ``(R, V)``, the other tokens theirs by gathers over ``(R, n_special)``.  With the
+        dense tables the biases of every state are computed once per set ``S_j`` (and dtype), and a call gathers
+        its rows.
         """
         tab = self.tables(states.device)
         left = None if self.max_new_tokens is None else self.max_new_tokens - generated - 1
@@ -207,10 +215,9 @@ class AutomatonMask:
             if key not in self._biases:
                 every_state = torch.arange(self.dfa.n_states, device=states.device)
                 self._biases[key] = self.bias_rows(tab, every_state, set_index, scores.dtype)
-            bias, eos_bias = (b[states] for b in self._biases[key])
+            bias = self._biases[key][states]
         else:
-            bias, eos_bias = self.bias_rows(tab, states, set_index, scores.dtype)
-        out = bias if tab.lookup is None else bias.index_select(1, tab.lookup)  # (R, V)
-        if self.eos_token_ids:  # the end of the text: allowed in accepting states
-            out.index_copy_(1, tab.eos, eos_bias[:, None].expand(-1, tab.eos.numel()))
-        return out.add_(scores)
+            bias = self.bias_rows(tab, states, set_index, scores.dtype)  # (R, k + 1)
+        out = scores + bias[:, self.common_column, None]
+        special = scores.index_select(1, tab.special_tokens) + bias.index_select(1, tab.special_columns)
+        return out.index_copy_(1, tab.special_tokens, special)

@@ -67,5 +67,5 @@ class RowLineage:
     def advance(self, ids: Tensor, parents: Tensor) -> None:
         """Take the rows ``ids (R, L + 1)``, row ``i`` continuing row ``parents[i]`` of the last call."""
         last = ids[:, -1]
-        inherited = self.last_diff[parents[:, None], parents[None, :]]
+        inherited = self.last_diff.index_select(0, parents).index_select(1, parents)
         self.take(ids, torch.where(last[:, None] != last[None, :], ids.shape[1] - 1, inherited))
