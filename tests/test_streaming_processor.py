@@ -85,7 +85,10 @@ SETTINGS = {"live": (None, None), "budget 4": (None, 4), "budget 2": (None, 2), 
 @pytest.mark.parametrize("seed", range(4))
 def test_mask_equals_brute_force(seed, setting, tables):
     a, (eos, budget) = Automaton(seed), SETTINGS[setting]
-    make = lambda: pseudosl.ConstraintLogitsProcessor(a.constraint, eos_token_id=eos, max_new_tokens=budget)  # noqa: E731
+
+    def make():
+        return pseudosl.ConstraintLogitsProcessor(a.constraint, eos_token_id=eos, max_new_tokens=budget)
+
     if not any(a.accepts(w) for n in range(4 if budget is None else budget + 1)
                for w in itertools.product([t for t in range(V) if t != eos], repeat=n)
                if budget is None or eos is not None or n == budget):

@@ -28,7 +28,8 @@ when the processor is built: no allowed token is ever masked by underflow.
 One processor follows one ``generate`` call.  Its first call gives the prompt (``input_ids`` of ``P`` tokens; a
 ``prompt_length`` passed explicitly must equal ``P``); every later call must add exactly one token to the same
 rows (on CPU tensors it also checks that each row still starts with its prompt and continues a row of the last
-call: reading the rows is free there, not on a GPU).  Anything else is refused: make a new processor for each ``generate`` call, or call :meth:`reset`.
+call: reading the rows is free there, not on a GPU).  Anything else is refused: make a new processor for each
+``generate`` call, or call :meth:`reset`.
 
 Rows where every token would be masked (padding after an end-of-sequence token, or a prefix the processor did
 not make) are left unmasked: there is nothing left to guarantee for them.
@@ -223,9 +224,9 @@ class ConstraintLogitsProcessor(LogitsProcessor):
     def _start(self, input_ids: Tensor) -> None:
         rows, length = input_ids.shape
         if self.expected_prompt_length is not None and length != self.expected_prompt_length:
-            raise ValueError(f"prompt_length={self.expected_prompt_length} but the first call's input_ids hold {length} "
-                             f"tokens (the prompt given to generate): pass prompt_length={length}, or leave it out "
-                             "(the first call gives it)")
+            raise ValueError(f"prompt_length={self.expected_prompt_length} but the first call's input_ids hold "
+                             f"{length} tokens (the prompt given to generate): pass prompt_length={length}, or leave "
+                             "it out (the first call gives it)")
         self.prompt_length, self._length, self._prompt = length, length, input_ids.clone()
         if self.automaton is not None:
             self._states = self.automaton.start_states(rows, input_ids.device)
@@ -237,8 +238,8 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         rows, length = input_ids.shape
         if rows != self._prompt.shape[0] or length != self._length + 1:
             raise ValueError(f"input_ids has shape {tuple(input_ids.shape)} but the last call had "
-                             f"{(self._prompt.shape[0], self._length)}: a call adds exactly one token to the same rows; "
-                             + ONE_CALL)
+                             f"{(self._prompt.shape[0], self._length)}: a call adds exactly one token to the same "
+                             "rows; " + ONE_CALL)
         generated = length - self.prompt_length
         if self.max_new_tokens is not None and generated >= self.max_new_tokens:
             raise ValueError(f"this call asks for generated token {generated + 1} but the processor was built with "
@@ -254,8 +255,9 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         if on_host and self._last_ids is not None:  # the exact check: reading the rows costs no device sync here
             last = self._last_ids if parents is None else self._last_ids[parents]
             if not torch.equal(input_ids[:, :-1], last):
-                raise ValueError(f"input_ids row {int((input_ids[:, :-1] != last).any(1).nonzero()[0])} continues no "
-                                 f"row of the last call (its first {length - 1} tokens match none of them); " + ONE_CALL)
+                row = int((input_ids[:, :-1] != last).any(1).nonzero()[0])
+                raise ValueError(f"input_ids row {row} continues no row of the last call (its first {length - 1} "
+                                 "tokens match none of them); " + ONE_CALL)
             self._last_ids = input_ids.clone()
         if parents is not None:
             self._lineage.advance(input_ids, parents)
@@ -275,7 +277,8 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         return self.circuit.marginals(x, root=self.root)[:, t] > 0
 
     def allowed_tokens(self, generated: Tensor, vocab_size: int) -> Tensor:
-        """Window mode: ``(R, V)`` bool, the tokens ``__call__`` keeps after the generated tokens ``(R, t)``, ``t < n``."""
+        """Window mode: ``(R, V)`` bool, the tokens ``__call__`` keeps after the generated tokens ``(R, t)``,
+        ``t < n``."""
         if self.value_map is not None:
             ok = self.allowed_values(self.value_map.to_values(generated))  # (R, k)
             ok_tokens = ok[:, self.value_map.to_values(torch.arange(vocab_size, device=ok.device))]  # (R, V)
