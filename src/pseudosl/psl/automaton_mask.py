@@ -204,13 +204,13 @@ class AutomatonMask:
 
         Every token of the most common column (the catch-all value of a folded vocabulary) gets its column's bias
         in one broadcast sum over ``(R, V)``, the other tokens theirs by gathers over ``(R, n_special)``.  With the
-        dense tables the biases of every state are computed once per set ``S_j`` (and dtype), and a call gathers
-        its rows.
+        dense tables the biases of every state are computed once per recurring set ``S_j`` (and dtype) and a call
+        gathers its rows; a set met once per generation (before the sequence cycles) is computed for the rows.
         """
         tab = self.tables(states.device)
         left = None if self.max_new_tokens is None else self.max_new_tokens - generated - 1
         set_index = self.set_index(left)
-        if self.dense:
+        if self.dense and set_index >= self.cycle_start:  # a set that recurs (the live states without a budget)
             key = (states.device, scores.dtype, set_index)
             if key not in self._biases:
                 every_state = torch.arange(self.dfa.n_states, device=states.device)

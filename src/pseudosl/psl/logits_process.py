@@ -70,7 +70,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
     """Masks (``-inf``) every next token whose choice leaves the constraint unsatisfiable given the generated prefix.
 
     Args:
-        constraint: an :class:`~pseudosl.AutomatonConstraint` (streaming: any number of tokens), a
+        constraint: an :class:`~pseudosl.psl.AutomatonConstraint` (streaming: any number of tokens), a
             :class:`~pseudosl.Constraint` (its value map folds the vocabulary into the circuit's values, e.g. from
             :func:`pseudosl.no_forbidden_sequences`), or a :class:`~pseudosl.Circuit` whose values are the token
             ids ``0 .. k-1`` (tokens ``>= k`` are then masked inside the window).  A circuit must be on the model's
@@ -131,7 +131,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
             self.max_new_tokens = None
             self._init_window(constraint, root)
         else:
-            raise TypeError("constraint must be a pseudosl.AutomatonConstraint, a pseudosl.Constraint or a "
+            raise TypeError("constraint must be a pseudosl.psl.AutomatonConstraint, a pseudosl.Constraint or a "
                             f"pseudosl.Circuit, got {type(constraint).__name__}")
         self.reset()
 
