@@ -179,6 +179,8 @@ def text_perplexity(model: nn.Module, tokenizer: Any, texts: Sequence[str], *, b
         mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in chunk], device=device)
         logits = model(input_ids=ids, attention_mask=mask).logits.float()  # (b, L, V)
         if logits_processor is not None:  # the next-token distribution decoding with the processor samples from
+            if hasattr(logits_processor, "reset"):  # a ConstraintLogitsProcessor follows one sequence of calls
+                logits_processor.reset()
             logits = torch.stack([logits_processor(ids[:, :t + 1], logits[:, t]) for t in range(width - 1)], 1)
         else:
             logits = logits[:, :-1]
