@@ -137,15 +137,15 @@ def run_processor(case: str, rows: int, reps: int, device: str, train_steps: int
                 "beam 4": dict(do_sample=False, num_beams=4)}
     for setting, kw in settings.items():
         kw = dict(kw, max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
-        methods = {"nothing": {}, "bad_words_ids": dict(bad_words_ids=words),
-                   "processor": dict(logits_processor=LogitsProcessorList(
+        methods = {"nothing": dict, "bad_words_ids": lambda: dict(bad_words_ids=words),  # fresh per generate call:
+                   "processor": lambda: dict(logits_processor=LogitsProcessorList(  # a processor follows one call
                        [pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=PROMPT)]))}
         results: dict[str, str] = {}
         ms: dict[str, float] = {}
         for method, extra in methods.items():
             def generate(extra=extra):
                 torch.manual_seed(0)
-                return model.generate(prompts, attention_mask=torch.ones_like(prompts), **kw, **extra)
+                return model.generate(prompts, attention_mask=torch.ones_like(prompts), **kw, **extra())
             try:
                 out = generate()
             except (RuntimeError, ValueError) as e:  # sampling from a row with every token banned

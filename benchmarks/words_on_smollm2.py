@@ -55,6 +55,10 @@ PROMPTS = [
 ]
 
 
+PROMPTS_PER_CALL = 5
+"""Prompts per ``generate`` call (each repeated ``--per-prompt`` times, left-padded)."""
+
+
 def word_regex(words: Sequence[str]) -> re.Pattern[str]:
     """The text-level definition of a leak: a listed word between non-word characters (ASCII letters and digits)."""
     return re.compile(r"(?i)(?<![a-z0-9])(?:" + "|".join(re.escape(w) for w in words) + r")(?![a-z0-9])")
@@ -67,14 +71,16 @@ def banned_token_ids(words: Sequence[str], tokenizer: Any) -> list[list[int]]:
 
 
 def generate(model: Any, tokenizer: Any, prompts: Sequence[str], per_prompt: int, new_tokens: int, seed: int,
-             **kwargs: Any) -> tuple[list[str], float]:
-    """Decoded continuations (``len(prompts) * per_prompt``) and the seconds per generated token."""
+             make_kwargs: Callable[[], dict[str, Any]]) -> tuple[list[str], float]:
+    """Decoded continuations (``len(prompts) * per_prompt``) and the seconds per generated token; ``make_kwargs()``
+    gives each ``generate`` call its keyword arguments (a logits processor follows one call)."""
     texts, tokens, start = [], 0, time.perf_counter()
-    for i, prompt in enumerate(prompts):
-        enc = tokenizer([prompt] * per_prompt, return_tensors="pt")
+    for i in range(0, len(prompts), PROMPTS_PER_CALL):
+        batch = [p for p in prompts[i:i + PROMPTS_PER_CALL] for _ in range(per_prompt)]
+        enc = tokenizer(batch, return_tensors="pt", padding=True)  # left padding (load_causal_lm)
         torch.manual_seed(seed * 1000 + i)
         out = model.generate(**enc, do_sample=True, top_p=0.9, max_new_tokens=new_tokens,
-                             pad_token_id=tokenizer.pad_token_id, **kwargs)
+                             pad_token_id=tokenizer.pad_token_id, **make_kwargs())
         cont = out[:, enc.input_ids.shape[1]:]
         tokens += int((cont != tokenizer.pad_token_id).sum())
         texts += tokenizer.batch_decode(cont, skip_special_tokens=True)
@@ -131,7 +137,7 @@ def leak_part(model: Any, tokenizer: Any, lists: dict[str, list[str]], args: arg
         }
         for decoder, kwargs in decoders.items():
             texts, s_per_token = generate(model, tokenizer, prompts, args.per_prompt, args.new_tokens, args.seed,
-                                          **kwargs())
+                                          kwargs)
             hits = [t for t in texts if regex.search(t)]
             rows[f"{name}/{decoder}"] = dict(texts=len(texts), leaks=len(hits), s_per_token=s_per_token,
                                              examples=[regex.search(t).group(0) for t in hits[:10]])

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from pseudosl.experiments.archive import PART_BYTES, pack
+from pseudosl.experiments.checkpoints import save_checkpoint
 from pseudosl.experiments.config import load_config, model_variant
 
 PARTS_PER_CALL = 3  # scripts/gpu.sh: three parts of 16 MB per device call, beside the logs
@@ -68,7 +69,7 @@ def main() -> None:
             for name in cfg.models:
                 for seed in cfg.seeds:
                     (run / f"{name}-seed{seed}").mkdir(parents=True)
-                    torch.save(_checkpoint(exp, cfg, name, seed, state), run / f"{name}-seed{seed}" / "checkpoint.pt")
+                    save_checkpoint(_checkpoint(exp, cfg, name, seed, state), run / f"{name}-seed{seed}" / "checkpoint.pt")
             raw = sum(p.stat().st_size for p in run.glob("*/checkpoint.pt"))
             manifest = pack(run, Path(tmp) / "archive")
             n = len(manifest["parts"])

@@ -105,3 +105,24 @@ def test_unpack_refuses_missing_damaged_parts_and_a_full_folder(tmp_path, capsys
         archive_main(["unpack", str(tmp_path / "carry" / "nope.json"), str(tmp_path / "x")])
     assert e.value.code == 2 and "not an archive manifest" in capsys.readouterr().err
     assert json.loads((tmp_path / "carry" / "run.json").read_text())["runs"]["convnet-seed0"]["finished"]
+
+
+def test_checksums_travel_and_a_damaged_checkpoint_is_not_packed(tmp_path):
+    from pseudosl.experiments.checkpoints import has_checksum, save_checkpoint
+    w = torch.arange(8.0)
+    ckpt = {"config": {"epochs": 2}, "model_name": "convnet", "seed": 0, "epoch": 1, "history": [], "rng": None,
+            "model": {"w": w}, "best_model": {"w": w.clone()}, "optimizer": {"state": {}}}
+    run = tmp_path / "run"
+    path = run / "convnet-seed0" / "checkpoint.pt"
+    path.parent.mkdir(parents=True)
+    save_checkpoint(ckpt, path)
+    pack(run, tmp_path / "a")  # unfinished, its best weights are its last: stored once, copied back
+    unpack(tmp_path / "a" / "run.json", tmp_path / "back")
+    back = tmp_path / "back" / "convnet-seed0" / "checkpoint.pt"
+    assert has_checksum(back.read_bytes()) and torch.equal(load_checkpoint(back)["best_model"]["w"], w)
+    data = bytearray(path.read_bytes())
+    data[data.index(w.numpy().tobytes()) + 13] ^= 0x04  # a bit of the fourth weight
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=f"{path}: damaged checkpoint"):
+        pack(run, tmp_path / "b")
+    assert not list((tmp_path / "b").glob("*"))  # no part of a half archive

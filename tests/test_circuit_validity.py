@@ -137,7 +137,7 @@ _PARITY = [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 0)]
 _FRONT_END_INTS = {  # other call sites that took int() or operator.index: now check_int, so they refuse alike
     "automaton_node position": (lambda x: automaton_node(CircuitBuilder(3, 2), DFA.from_transitions(2, 2, 0, {0}, _PARITY),
                                                          [0, x]), "a position"),
-    "DFA accepting state": (lambda x: DFA.from_transitions(2, 2, 0, [x], _PARITY), "an accepting state"),
+    "DFA accepting state": (lambda x: DFA.from_transitions(2, 2, 0, [x], _PARITY), "accepting state"),
     "variables n": (lambda x: variables(x), "n"),
     "clause literal": (lambda x: normalize_clauses([[1, x]]), "clause 0 literal"),
     "clause n_vars": (lambda x: normalize_clauses([[1]], x), "n_vars"),

@@ -86,3 +86,45 @@ def test_logits_processor_on_cuda_ends_in_the_constraint():
                          min_new_tokens=n, pad_token_id=0)
     assert out.device.type == "cuda"
     assert constraint.satisfied(out[:, -n:].cpu()).all()
+
+
+@pytest.mark.parametrize("dense", [True, False], ids=["dense tables", "exceptions per call"])
+def test_streaming_processor_on_cuda_matches_the_cpu_without_synchronising(dense, monkeypatch):
+    """Rows copied and shuffled between calls (as beam search does), an EOS and a token budget: the masks on the GPU
+    equal the CPU's, and a whole sequence of calls never waits for the device once warm."""
+    from pseudosl.psl import automaton_mask
+    from test_streaming_processor import EOS, V, Automaton
+    if not dense:
+        monkeypatch.setattr(automaton_mask, "DENSE_ENTRIES", 0)
+    constraint, rng, steps = Automaton(1).constraint, np.random.default_rng(0), 6
+    rows = [torch.randint(1, V, (3, 2), generator=torch.Generator().manual_seed(0)).repeat_interleave(2, 0)]
+    for _ in range(steps - 1):
+        parents = np.arange(6) // 2 * 2 + rng.integers(0, 2, 6)
+        rows.append(torch.cat([rows[-1][parents], torch.from_numpy(rng.integers(1, V, (6, 1)))], 1))
+    scores = torch.randn(6, V, generator=torch.Generator().manual_seed(0))
+
+    def run(processor, device):
+        processor.reset()
+        return [processor(r.to(device), scores.to(device)) for r in rows]
+
+    cpu = pseudosl.ConstraintLogitsProcessor(constraint, eos_token_id=EOS, max_new_tokens=steps)
+    gpu = pseudosl.ConstraintLogitsProcessor(constraint, eos_token_id=EOS, max_new_tokens=steps)
+    for want, got in zip(run(cpu, "cpu"), run(gpu, "cuda")):
+        assert torch.equal(got.cpu(), want)
+    assert_no_host_sync(lambda: run(gpu, "cuda"))
+
+
+@pytest.mark.parametrize("decoding", [dict(do_sample=True, top_k=0), dict(num_beams=3, num_return_sequences=2)],
+                         ids=["sampling", "beam search"])
+def test_streaming_processor_on_cuda_never_writes_a_rejected_text(decoding):
+    from test_streaming_processor import EOS, V, parity_and_no_4_4, texts
+    model = tiny_gpt2(16, V, 32).float().eval().cuda()
+    constraint = parity_and_no_4_4()
+    prompts = torch.randint(1, V, (12, 3), generator=torch.Generator().manual_seed(0)).cuda()
+    from transformers import LogitsProcessorList
+    masks = LogitsProcessorList([pseudosl.ConstraintLogitsProcessor(constraint, eos_token_id=EOS, max_new_tokens=7)])
+    torch.manual_seed(0)
+    out = model.generate(prompts, logits_processor=masks, max_new_tokens=7, pad_token_id=0, eos_token_id=EOS,
+                         **decoding)
+    assert out.device.type == "cuda"
+    assert all(constraint.satisfied(t[None]) for t in texts(out.cpu(), 3, EOS))

@@ -395,3 +395,54 @@ def test_constrained_sample_of_forbidden_words_gives_tokens_that_satisfy_them(mo
     y = pseudosl.constrained_sample(engine, window, anchors, mode=mode, generator=torch.Generator().manual_seed(1),
                                     **kw)
     assert y.shape == (32, n) and c.satisfied(y).all() and window.satisfied(y).all()
+
+
+# -- generation under the streaming processor: the decoded text holds no listed word ----------------------------------
+@lru_cache(maxsize=1)
+def word_loving_gpt2():
+    """A tiny GPT-2 over the byte-level BPE above, trained briefly on its sentences, so it likes to write the words."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = byte_level_tokenizer()
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=len(tok), n_positions=64,
+                                       bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id))
+    text = " son of a bitch! Bitch, darn it, you bitch. a-hole s&m, the darn \u212aelvin bitch"
+    ids = torch.tensor([tok.encode(text * 3, add_special_tokens=False)[:64]])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(60):
+        opt.zero_grad()
+        model(ids, labels=ids).loss.backward()
+        opt.step()
+    return model.eval(), tok
+
+
+@pytest.mark.parametrize("mode", ["sample", "beams"])
+def test_generation_under_the_streaming_processor_never_writes_a_listed_word(mode, one_thread):
+    from transformers import LogitsProcessorList
+
+    import pseudosl
+
+    model, tok = word_loving_gpt2()
+    constraint = no_forbidden_words(BPE_WORDS, tok, cache=False)
+    prompts = ["the", "son of a", "you", "a-", "Bit"]
+    rows = [tok.encode(p, add_special_tokens=False) for p in prompts]
+    width = max(map(len, rows))  # left padding with EOS, as generate wants for a causal LM
+    enc = dict(input_ids=torch.tensor([[tok.eos_token_id] * (width - len(r)) + r for r in rows]),
+               attention_mask=torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows]))
+    kwargs = dict(max_new_tokens=12, pad_token_id=tok.eos_token_id,
+                  **(dict(do_sample=True, num_return_sequences=8) if mode == "sample"
+                     else dict(num_beams=4, num_return_sequences=4, do_sample=False)))
+
+    def texts(processor: bool) -> list[str]:
+        torch.manual_seed(1)
+        extra = dict(logits_processor=LogitsProcessorList([pseudosl.ConstraintLogitsProcessor(
+            constraint, eos_token_id=tok.eos_token_id, max_new_tokens=12)])) if processor else {}
+        out = model.generate(**enc, **kwargs, **extra)
+        return [tok.decode(row, skip_special_tokens=True) for row in out[:, width:]]
+
+    plain = texts(False)
+    assert any(regex_contains(t, BPE_WORDS, True) for t in plain)  # without it the model writes the words
+    constrained = texts(True)
+    assert len(constrained) == len(plain)
+    assert not [t for t in constrained if regex_contains(t, BPE_WORDS, True)]

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from pseudosl.cli import main as cli_main
+from pseudosl.experiments.checkpoints import checkpoint_bytes
 from pseudosl.experiments.config import ConfigError, load_config
 from pseudosl.experiments.harness import CheckpointError, evaluate_checkpoints, load_checkpoint, run_folder
 from pseudosl.experiments.sudoku.config import SudokuConfig, preset_path
@@ -102,11 +103,18 @@ def test_bad_checkpoints_are_named(tmp_path, capsys):
     path = tmp_path / "convnet-seed0" / "checkpoint.pt"
     path.parent.mkdir()
     path.write_bytes(b"\x80\x02garbage")
-    with pytest.raises(CheckpointError, match="checkpoint.pt: unreadable checkpoint"):
+    with pytest.raises(CheckpointError, match="checkpoint.pt: damaged checkpoint: it ends neither with a checksum"):
         load_checkpoint(path)
-    torch.save({"model": {}}, path)
+    torch.save({"model": {}}, path)  # a complete archive without a checksum (older code): read, then refused
+    with pytest.raises(CheckpointError, match="not a pseudosl checkpoint"), pytest.warns(UserWarning):
+        load_checkpoint(path)
+    path.write_bytes(checkpoint_bytes([1, 2]))  # intact, but not a checkpoint's dict
     with pytest.raises(CheckpointError, match="not a pseudosl checkpoint"):
         load_checkpoint(path)
+    path.write_bytes(checkpoint_bytes({"model": {}}, checksum=False)[:-30] + checkpoint_bytes({"model": {}})[-95:])
+    with pytest.raises(CheckpointError, match="damaged checkpoint: its bytes have SHA-256"):
+        load_checkpoint(path)
+    path.write_bytes(checkpoint_bytes({"model": {}}))
     with pytest.raises(SystemExit):
         cli_main(["sudoku", "train", "--quick", "--models", "convnet", "--out", str(tmp_path), "--resume", *TINY,
                   "--data-dir", str(tmp_path / "d")])

@@ -35,10 +35,14 @@ def brute_force_allowed(prefix: tuple[int, ...], n: int, vocab: int, ok) -> list
             for c in range(vocab)]
 
 
-def kept(processor, input_ids: torch.Tensor, vocab: int) -> torch.Tensor:
-    scores = torch.randn(input_ids.shape[0], vocab)
-    out = processor(input_ids, scores)
-    assert out is not scores or input_ids.shape[1] - processor.prompt_length >= processor.n_positions
+def kept(processor, input_ids: torch.Tensor, vocab: int, prompt_length: int) -> torch.Tensor:
+    """The tokens the processor keeps after ``input_ids``, called as ``generate`` does: from the prompt on, one more
+    token each call."""
+    processor.reset()
+    for end in range(prompt_length, input_ids.shape[1] + 1):
+        scores = torch.randn(input_ids.shape[0], vocab)
+        out = processor(input_ids[:, :end], scores)
+    assert out is not scores or input_ids.shape[1] - prompt_length >= processor.n_positions
     return torch.isfinite(out)
 
 
@@ -52,7 +56,7 @@ def test_mask_equals_brute_force_on_a_random_circuit(seed):
     for t in range(n):
         prefixes = list(itertools.product(range(k), repeat=t))
         ids = torch.cat([prompt.expand(len(prefixes), 2), torch.tensor(prefixes, dtype=torch.long).reshape(len(prefixes), t)], 1)
-        got = kept(processor, ids, vocab)
+        got = kept(processor, ids, vocab, 2)
         for row, prefix in enumerate(prefixes):
             want = brute_force_allowed(prefix, n, k, table.__getitem__) + [False, False]
             if not any(want):  # no completion left: the row is left as it is
@@ -65,30 +69,31 @@ def test_mask_equals_brute_force_over_token_sequences(words):
     n = 4
     constraint = pseudosl.no_forbidden_sequences(words, n_positions=n, vocab_size=V, cache=False)
     assert (constraint.value_map is not None) == (words is FOLDED)
-    processor = pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=1)
+    processor = pseudosl.ConstraintLogitsProcessor(constraint)
     for t in range(n):
         prefixes = list(itertools.product(range(V), repeat=t))
         ids = torch.cat([torch.zeros(len(prefixes), 1, dtype=torch.long),
                          torch.tensor(prefixes, dtype=torch.long).reshape(len(prefixes), t)], 1)
-        got = kept(processor, ids, V)
+        got = kept(processor, ids, V, 1)
         for row, prefix in enumerate(prefixes):
             want = brute_force_allowed(prefix, n, V, lambda s: not occurs(s, words))
             assert got[row].tolist() == (want if any(want) else [True] * V), (t, prefix)
     if words is DEAD_END:  # the look-ahead: a 7 is masked wherever a token must follow it, allowed last
-        assert not kept(processor, torch.tensor([[0, 1, 2]]), V)[0, 7]
-        assert kept(processor, torch.tensor([[0, 1, 2, 1]]), V)[0, 7]
+        assert not kept(processor, torch.tensor([[0, 1, 2]]), V, 1)[0, 7]
+        assert kept(processor, torch.tensor([[0, 1, 2, 1]]), V, 1)[0, 7]
 
 
 def test_past_the_window_and_errors():
     constraint = pseudosl.no_forbidden_sequences(FOLDED, n_positions=3, vocab_size=V, cache=False)
     processor = pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=2)
     scores = torch.randn(2, V)
+    kept(processor, torch.zeros(2, 4, dtype=torch.long), V, 2)
     assert processor(torch.zeros(2, 5, dtype=torch.long), scores) is scores  # 3 generated: the window is done
-    with pytest.raises(ValueError, match="fewer than prompt_length=2"):
-        processor(torch.zeros(2, 1, dtype=torch.long), scores)
+    with pytest.raises(ValueError, match="prompt_length=2 but the first call's input_ids hold 1 tokens"):
+        pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=2)(torch.zeros(2, 1, dtype=torch.long), scores)
     with pytest.raises(ValueError, match="build the constraint with vocab_size=9"):
         processor(torch.zeros(2, 2, dtype=torch.long), torch.randn(2, 9))
-    with pytest.raises(TypeError, match="Constraint or a pseudosl.Circuit"):
+    with pytest.raises(TypeError, match="AutomatonConstraint, a pseudosl.Constraint or a pseudosl.Circuit"):
         pseudosl.ConstraintLogitsProcessor(FOLDED, prompt_length=2)
     unfolded = pseudosl.ConstraintLogitsProcessor(pseudosl.no_forbidden_sequences(DEAD_END, 3, V, cache=False), 2)
     with pytest.raises(ValueError, match="circuit reads token ids 0..7"):
@@ -99,8 +104,7 @@ def test_past_the_window_and_errors():
     two = pseudosl.Circuit(b.build([b.literal(0, 1), b.literal(1, 1)]))
     with pytest.raises(ValueError, match="2 roots: pass root=r"):
         pseudosl.ConstraintLogitsProcessor(two, prompt_length=1)
-    assert pseudosl.ConstraintLogitsProcessor(two, prompt_length=0, root=1)(
-        torch.tensor([[0]]), torch.zeros(1, 2)).isinf().tolist() == [[True, False]]
+    assert kept(pseudosl.ConstraintLogitsProcessor(two, root=1), torch.tensor([[0, 0]]), 2, 1).tolist() == [[False, True]]
 
 
 def test_a_value_with_exp_minus_114_of_the_completions_is_allowed():
@@ -112,10 +116,10 @@ def test_a_value_with_exp_minus_114_of_the_completions_is_allowed():
     circuit = pseudosl.Circuit(b.build(b.or_(b.and_(b.literal(0, 1), rest_zero), b.in_set(0, [0, 2, 3, 4, 5, 6, 7]))))
     processor = pseudosl.ConstraintLogitsProcessor(circuit, prompt_length=1)
     assert processor.dtype == torch.float64
-    assert kept(processor, torch.zeros(1, 1, dtype=torch.long), k).all()
+    assert kept(processor, torch.zeros(1, 1, dtype=torch.long), k, 1).all()
     x = torch.zeros(1, n, k)  # the same marginal in float32 is 0: the dtype matters
     assert circuit.marginals(x)[0, 0, 1] == 0 and circuit.marginals(x.double())[0, 0, 1] > 0
-    assert kept(processor, torch.tensor([[0, 1, 0]]), k)[0].tolist() == [True] + [False] * 7  # then only 0
+    assert kept(processor, torch.tensor([[0, 1, 0]]), k, 1)[0].tolist() == [True] + [False] * 7  # then only 0
 
 
 def test_a_circuit_too_large_for_float64_marginals_is_refused():
@@ -151,7 +155,7 @@ def test_generate_ends_in_the_constraint(gpt2, setting, words):
         prompts = _prompts(seed)
         kw = dict(SETTINGS[setting], max_new_tokens=N, min_new_tokens=N, pad_token_id=0)
         torch.manual_seed(seed)
-        masks = LogitsProcessorList([pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=prompts.shape[1])])
+        masks = LogitsProcessorList([pseudosl.ConstraintLogitsProcessor(constraint)])  # the prompt: the first call's
         out = gpt2.generate(prompts, logits_processor=masks, **kw)
         torch.manual_seed(seed)
         free = gpt2.generate(prompts, **kw)

@@ -6,6 +6,7 @@ leaves no temporary file; worker processes end with their parent; every anticipa
 """
 
 import errno
+import re
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ import torch
 
 from pseudosl.cli import main as cli_main
 from pseudosl.errors import RunFolderError, StorageError
+from pseudosl.experiments.checkpoints import save_checkpoint
 from pseudosl.experiments.harness import CheckpointError, evaluate_checkpoints, load_checkpoint
 from pseudosl.experiments.runs import run_lock
 from pseudosl.experiments.sudoku.train import SudokuExperiment
@@ -185,7 +187,7 @@ def test_resume_refuses_a_checkpoint_copied_from_another_run(tmp_path, capsys):
     ckpt = load_checkpoint(out / "convnet-seed0" / "checkpoint.pt")
     ckpt["model"].pop(next(iter(ckpt["model"])))
     ckpt["seed"] = 1
-    torch.save(ckpt, out / "convnet-seed1" / "checkpoint.pt")
+    save_checkpoint(ckpt, out / "convnet-seed1" / "checkpoint.pt")  # tampered, with a checksum of its own
     assert "its weights do not fit model 'convnet'" in refused(capsys, argv)
 
 
@@ -222,7 +224,7 @@ def test_eval_checks_every_checkpoint_before_evaluating_and_their_epochs(tmp_pat
     train(tmp_path, out, "--models", "convnet", "rnn")
     ckpt = load_checkpoint(out / "rnn-seed0" / "checkpoint.pt")
     ckpt["epoch"] = 4  # of a run configured for 1 epoch
-    torch.save(ckpt, out / "rnn-seed0" / "checkpoint.pt")
+    save_checkpoint(ckpt, out / "rnn-seed0" / "checkpoint.pt")
     _no_data(monkeypatch)  # convnet-seed0 sorts first: it is not evaluated before rnn-seed0 is refused
     assert "rnn-seed0/checkpoint.pt: at epoch 4 of a run configured for 1 epochs" in refused(
         capsys, ["sudoku", "eval", "--out", str(out)])
@@ -304,11 +306,13 @@ def test_atomic_path_names_write_failures_only(tmp_path, error, named):
 PARENT = """
 import os, time
 from pseudosl.experiments.harness import _worker_pool
-pool = _worker_pool(2)
-pids = {pool.submit(os.getpid).result() for _ in range(8)}
-futures = [pool.submit(time.sleep, 300) for _ in range(2)]
-print(" ".join(map(str, sorted(pids))), flush=True)
-time.sleep(300)
+
+if __name__ == "__main__":
+    pool = _worker_pool(2)
+    pids = {pool.submit(os.getpid).result() for _ in range(8)}
+    futures = [pool.submit(time.sleep, 300) for _ in range(2)]
+    print(" ".join(map(str, sorted(pids))), flush=True)
+    time.sleep(300)
 """
 
 
@@ -320,10 +324,31 @@ def _alive(pid: int) -> bool:
         return False
 
 
+POLLING_PARENT = """
+import multiprocessing as mp, os, time
+from concurrent.futures import ProcessPoolExecutor
+from pseudosl.experiments import runs
+
+def init(pid):  # as where the kernel has no parent-death signal: the polling thread alone
+    runs._set_death_signal = lambda sig: False
+    runs.watch_parent(pid)
+
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(2, mp_context=mp.get_context("spawn"), initializer=init, initargs=(os.getpid(),))
+    pids = {pool.submit(os.getpid).result() for _ in range(8)}
+    futures = [pool.submit(time.sleep, 300) for _ in range(2)]
+    print(" ".join(map(str, sorted(pids))), flush=True)
+    time.sleep(300)
+"""
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
-def test_workers_end_when_their_parent_is_killed():
+@pytest.mark.parametrize("how", ["kernel", "polling"])
+def test_workers_end_when_their_parent_is_killed(tmp_path, how):
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, env=env)
+    script = tmp_path / "parent.py"  # spawned workers import the script's functions from its file
+    script.write_text(PARENT if how == "kernel" else POLLING_PARENT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         workers = [int(p) for p in parent.stdout.readline().split()]
         assert workers and all(_alive(p) for p in workers)
@@ -334,3 +359,121 @@ def test_workers_end_when_their_parent_is_killed():
     while any(_alive(p) for p in workers) and time.time() < deadline:
         time.sleep(0.2)
     assert not any(_alive(p) for p in workers), "workers outlived their killed parent"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_workers_are_killed_by_the_kernel_when_their_parent_dies():
+    """Not polled: the kernel sends SIGKILL to every worker the moment its parent ends (README: within a second)."""
+    from pseudosl.experiments.harness import _worker_pool
+    from pseudosl.experiments.runs import death_signal
+    with _worker_pool(2) as pool:
+        assert {pool.submit(death_signal).result() for _ in range(4)} == {signal.SIGKILL}
+
+
+def test_a_worker_whose_parent_died_writes_no_file(tmp_path, monkeypatch):
+    from pseudosl.experiments import runs
+    ended = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                               text=True).stdout)
+    target = tmp_path / "convnet-seed0" / "checkpoint.pt"
+    target.parent.mkdir()
+    for parent in (ended, os.getppid() + 1):  # a parent that has ended; any process but this one's parent
+        monkeypatch.setattr(runs, "_parent", parent)
+        assert not runs.parent_alive()
+        for write in (lambda: save_checkpoint({"epoch": 1}, target),
+                      lambda: runs.write_manifest(tmp_path, "sudoku", SudokuExperiment.config_class())):
+            with pytest.raises(RunFolderError, match=f"not written: the process that started this worker \\(pid "
+                                                     f"{parent}\\) has ended"):
+                write()
+        assert sorted(p.name for p in tmp_path.rglob("*")) == ["convnet-seed0"]  # nor a temporary file
+    monkeypatch.setattr(runs, "_parent", os.getppid())  # the parent is alive: written
+    save_checkpoint({"epoch": 1}, target)
+    assert target.is_file()
+
+
+# -- what this machine cannot give: threads, worker processes, memory --------------------------------------------
+@pytest.mark.parametrize("cpus, threads, jobs, message", [
+    (1, 2, 1, "--threads 2: must lie in 1..1 (this machine's CPUs)"),
+    (4, 5, 1, "--threads 5: must lie in 1..4"),
+    (16, 5000, 1, "--threads 5000: must lie in 1..16"),
+    (16, 0, 1, "--threads 0: must lie in 1..16"),
+    (1, None, 3, "--jobs 3: must lie in 1..2 (two worker processes per CPU, 1 CPUs)"),
+    (4, 1, 9, "--jobs 9: must lie in 1..8"),
+    (4, 3, 3, "--jobs 3 x --threads 3 = 9 threads: must be at most 8"),
+    (16, 2, 17, "--jobs 17 x --threads 2 = 34 threads: must be at most 32"),
+])
+def test_threads_and_jobs_are_bounded_by_the_cpus(cpus, threads, jobs, message):
+    from pseudosl.experiments.config import ConfigError, check_parallelism
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_parallelism(threads, jobs, cpus)
+    check_parallelism(min(threads or 1, cpus), 1, cpus)  # the bounds themselves are allowed
+    check_parallelism(1, 2 * cpus, cpus)
+    check_parallelism(None, 2 * cpus, cpus)
+    check_parallelism(min(2, cpus), 2 * cpus // min(2, cpus), cpus)  # jobs x threads = 2 cpus
+
+
+def test_too_many_threads_is_one_line_before_any_work(tmp_path, capsys):
+    from pseudosl.experiments.config import usable_cpus
+    r = cli("sudoku", "train", "--quick", "--data-dir", str(tmp_path / "d"), "--out", str(tmp_path / "o"), *TINY,
+            "--threads", "5000")  # torch.set_num_threads(5000) was a segmentation fault
+    assert f"--threads 5000: must lie in 1..{usable_cpus()}" in one_line_error(r)
+    for flags, message in ((["--threads", str(usable_cpus() + 1)], f"--threads {usable_cpus() + 1}: must lie"),
+                           (["--jobs", "100000"], "--jobs 100000: must lie in 1.."),
+                           (["--jobs", str(2 * usable_cpus()), "--threads", str(usable_cpus())], "threads: must be at most")):
+        err = refused(capsys, ["sudoku", "train", "--quick", "--data-dir", str(tmp_path / "d"), "--out",
+                               str(tmp_path / "o"), *TINY, *flags])
+        assert message in err
+    assert not (tmp_path / "d").exists() and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("content, reason", [
+    (bytes(range(256)), "not UTF-8 text (byte 128: invalid start byte)"),
+    ("lr = 0.001\n".encode("utf-16"), "not UTF-8 text (byte 0: invalid start byte)"),
+    (b"lr = 0.001\nnote = '\xe9t\xe9'\n", "not UTF-8 text (byte 19: invalid continuation byte)"),
+    (b"lr = = 1\n", "invalid TOML (Invalid value (at line 1, column 6))"),
+    (b"\x00\x00\x00", "invalid TOML"),
+    (None, "a folder, not a file"),
+])
+def test_unreadable_configs_name_the_file(tmp_path, capsys, content, reason):
+    path = tmp_path / "cfg.toml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    err = refused(capsys, ["sudoku", "train", "--config", str(path), "--out", str(tmp_path / "o")])
+    assert f"--config {path}: {reason}" in err and "pass a" in err and "TOML file of config fields" in err
+
+
+def test_data_sets_that_cannot_fit_in_memory_are_refused_by_size(tmp_path, capsys, monkeypatch):
+    from pseudosl.experiments import config
+    from pseudosl.experiments.config import ConfigError
+    from pseudosl.experiments.sudoku.config import SudokuConfig
+    from pseudosl.experiments.warcraft.config import WarcraftConfig
+    gib = 1 << 30
+    big = SudokuConfig(n_train=3_000_000, size=9, models=["convnet"], seeds=[0])  # 9.1 GiB to make, 3.7 held
+    for available, fits in ((16 * gib, True), (8 * gib, False)):
+        monkeypatch.setattr(config, "available_memory", lambda: available)
+        if fits:
+            big.preflight()
+        else:
+            with pytest.raises(ConfigError, match=r"n_train \+ n_test \+ n_val = 3,001,000 generated 9x9 puzzles need "
+                                                  r"about 9\.1 GiB of memory, but this machine has 8\.0 GiB available"):
+                big.preflight()
+    two = SudokuConfig(n_train=3_000_000, size=9, models=["convnet"], seeds=[0, 1], jobs=2)
+    monkeypatch.setattr(config, "available_memory", lambda: 16 * gib)
+    with pytest.raises(ConfigError, match="then held by 2 worker processes too"):  # 9.1 + 2 x 3.7 GiB
+        two.preflight()
+    monkeypatch.setattr(config, "available_memory", lambda: 20 * gib)
+    two.preflight()
+    maps = WarcraftConfig(n_train=1_000_000, grid=12)  # 80.6 GiB to make
+    for available, fits in ((128 * gib, True), (64 * gib, False)):
+        monkeypatch.setattr(config, "available_memory", lambda: available)
+        if fits:
+            maps.preflight()
+        else:
+            with pytest.raises(ConfigError, match="n_train \\+ n_val \\+ n_test = 1,002,000 generated 12x12 maps need"):
+                maps.preflight()
+    monkeypatch.undo()
+    err = refused(capsys, ["sudoku", "train", "--quick", "--data-dir", str(tmp_path / "d"), "--out", str(tmp_path / "o"),
+                           *TINY, "--n-train", str(10**12)])  # on any machine
+    assert "n_train + n_test + n_val = 1,000,000,000,008 generated 4x4 puzzles" in err and "need about" in err
+    assert not (tmp_path / "d").exists() and not (tmp_path / "o").exists()

@@ -211,3 +211,14 @@ def test_a_truncated_cache_entry_is_made_again(tmp_path):
     assert torch.equal(a.puzzles, b.puzzles) and torch.equal(a.solutions, b.solutions)
     assert [p.name for p in tmp_path.iterdir()] == [entry.name]  # written whole again, no temporary file
     assert torch.equal(load_or_generate(10, 6, 0, data_dir=tmp_path, size=4).puzzles, a.puzzles)
+
+
+def test_large_generations_show_progress_and_the_bar_changes_nothing(capsys, monkeypatch):
+    from pseudosl.experiments.sudoku import data
+    quiet = generate(30, n_missing=6, seed=2, size=4)
+    assert "Sudoku puzzles" not in capsys.readouterr().err  # below PROGRESS_FROM: no bar
+    monkeypatch.setattr(data, "PROGRESS_FROM", 25)
+    shown = generate(30, n_missing=6, seed=2, size=4)
+    err = capsys.readouterr().err
+    assert "generating 30 4x4 Sudoku puzzles" in err and "30/30" in err
+    assert torch.equal(quiet.puzzles, shown.puzzles) and torch.equal(quiet.solutions, shown.solutions)

@@ -169,3 +169,20 @@ def test_a_failed_write_names_the_folder_and_leaves_no_temporary_folder(tmp_path
                                            r"device\); free space there or pass another --data-dir"):
         load_or_generate(4, 6, 2, 3, seed=1, data_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_many_maps_are_solved_in_chunks_with_progress_and_the_same_answers(capsys, monkeypatch):
+    from pseudosl.experiments.warcraft import data, grid
+    w = data.COSTS[data.terrain(50, 5, np.random.default_rng(3))]
+    whole = grid.shortest_paths(w)
+    maps = data.render(data.terrain(12, 3, np.random.default_rng(4)), np.random.default_rng(5), chunk=5)
+    assert capsys.readouterr().err == ""  # below PROGRESS_FROM: no bar
+    monkeypatch.setattr(grid, "CHUNK", 7)
+    monkeypatch.setattr(grid, "PROGRESS_FROM", 10)
+    monkeypatch.setattr(data, "PROGRESS_FROM", 10)
+    for a, b in zip(whole, grid.shortest_paths(w)):
+        np.testing.assert_array_equal(a, b)
+    again = data.render(data.terrain(12, 3, np.random.default_rng(4)), np.random.default_rng(5), chunk=5)
+    np.testing.assert_array_equal(maps, again)
+    err = capsys.readouterr().err
+    assert "shortest paths of 50 maps" in err and "50/50" in err and "rendering 12 3x3 maps" in err

@@ -23,7 +23,8 @@ from typing import Sequence
 
 from .cache import cached_circuit
 from .circuit import Circuit
-from .logic.automaton import DFA, SparseDFA, automaton_dag, forbidden_words_dfa
+from .logic.automaton import DFA, SparseDFA, forbidden_words_sparse_dfa
+from .logic.automaton_circuit import automaton_dag
 from .logic.categorical import FALSE, CatFormula, categorical_dag
 from .logic.cnf import cnf_formula, normalize_clauses, parse_dimacs
 from .logic.errors import (DEFAULT_MAX_EDGES, DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, UnsatisfiableError, as_int,
@@ -196,23 +197,25 @@ def compile_automaton(dfa: DFA | SparseDFA, n_positions: int, *, cache: bool = T
                       max_edges: int | None = DEFAULT_MAX_EDGES) -> Circuit:
     """The circuit "``dfa`` accepts ``y_0 .. y_{n_positions-1}``" over ``dfa.n_values``-valued positions.
 
-    Unrolls the DFA directly (no SDD; see :mod:`pseudosl.logic.automaton`):
-    ``O(n_states * n_positions)`` OR nodes.  A DFA accepting no sequence of this length
-    gives a FALSE root (``log_prob = -inf``).  Above ``max_edges`` estimated circuit edges
-    (:func:`~pseudosl.logic.automaton.automaton_edges`) it is a ``SizeLimitError`` before any work.
+    Unrolls the automaton directly (no SDD; see :mod:`pseudosl.logic.automaton_circuit`): per position, a
+    tree of value intervals per default row of a :class:`SparseDFA` and per state its exceptions, so the
+    circuit grows with ``n_positions * (rows * n_values + exceptions * log n_values)``, not with
+    ``states * values``; a :class:`DFA` is stored sparse first (:meth:`SparseDFA.from_dense`).  A DFA
+    accepting no sequence of this length gives a FALSE root (``log_prob = -inf``).  Above ``max_edges``
+    estimated circuit edges (:func:`~pseudosl.logic.automaton_circuit.automaton_edges`, an upper bound) it is
+    a ``SizeLimitError`` before the circuit is built.
 
     Example:
         >>> from pseudosl.logic.automaton import DFA
         >>> even = DFA.from_transitions(2, 2, 0, {0}, [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 0)])
         >>> circuit = compile_automaton(even, 5)        # an even number of ones among 5 Booleans
     """
-    if isinstance(dfa, SparseDFA):
-        dfa = dfa.to_dense()  # TODO(sparse compile): unroll the default row and the exceptions without a dense table
-    if not isinstance(dfa, DFA):
-        raise TypeError(f"dfa must be a pseudosl.logic.automaton.DFA, got {type(dfa).__name__}")
+    if not isinstance(dfa, (DFA, SparseDFA)):
+        raise TypeError(f"dfa must be a pseudosl.logic.automaton.DFA or SparseDFA, got {type(dfa).__name__}")
     n_positions = check_int("n_positions", n_positions, low=1)
-    return cached_circuit(("automaton", dfa.key(), n_positions),
-                          lambda: Circuit(automaton_dag(dfa, n_positions, max_edges=max_edges)), enabled=cache)
+    sparse = dfa if isinstance(dfa, SparseDFA) else SparseDFA.from_dense(dfa)
+    return cached_circuit(("automaton-intervals", sparse.key(), n_positions),
+                          lambda: Circuit(automaton_dag(sparse, n_positions, max_edges=max_edges)), enabled=cache)
 
 
 def no_forbidden_words(words: Sequence[Sequence[int]], n_positions: int, n_values: int, *,
@@ -228,7 +231,7 @@ def no_forbidden_words(words: Sequence[Sequence[int]], n_positions: int, n_value
                   "a bare circuit); pseudosl.no_forbidden_words now forbids words in decoded text",
                   DeprecationWarning, stacklevel=2)
     n_positions = check_int("n_positions", n_positions, low=1)
-    return compile_automaton(forbidden_words_dfa(words, n_values, max_edges=max_edges), n_positions, cache=cache,
+    return compile_automaton(forbidden_words_sparse_dfa(words, n_values, max_edges=max_edges), n_positions, cache=cache,
                              max_edges=max_edges)
 
 

@@ -37,6 +37,7 @@ from typing import Sequence
 import torch
 
 from ..errors import RunFolderError, StorageError, user_message
+from .checkpoints import checkpoint_bytes, checkpoint_from_bytes, has_checksum, load_checkpoint
 from .runs import LOCK, TMP_PREFIX, atomic_path, run_dirs
 
 __all__ = ["pack", "unpack", "missing_parts", "PART_BYTES"]
@@ -86,8 +87,7 @@ class _Parts(io.RawIOBase):
 
 def _packed_checkpoint(path: Path) -> tuple[bytes, dict]:
     """The checkpoint as stored in the archive (reduced where that stays exact) and a line about it."""
-    from .harness import load_checkpoint
-    ckpt = load_checkpoint(path)
+    ckpt = load_checkpoint(path)  # its SHA-256 checked: a damaged checkpoint is not carried on
     finished = bool(ckpt.get("stopped")) or ckpt["epoch"] >= ckpt["config"]["epochs"]
     best = ckpt.get("best_model")
     if finished and ckpt["optimizer"] is not None:  # only its selected weights are ever used again
@@ -96,10 +96,9 @@ def _packed_checkpoint(path: Path) -> tuple[bytes, dict]:
     elif best is not None and best.keys() == ckpt["model"].keys() and all(
             torch.equal(best[k], ckpt["model"][k]) for k in best):
         ckpt.update(best_model=None, packed="best_is_model")  # unpack copies the weights back
-    buf = io.BytesIO()
-    torch.save(ckpt, buf)
-    return buf.getvalue(), {"epoch": ckpt["epoch"], "epochs": ckpt["config"]["epochs"], "finished": finished,
-                            "bytes": buf.tell(), "unpacked_bytes": path.stat().st_size}
+    data = checkpoint_bytes(ckpt)
+    return data, {"epoch": ckpt["epoch"], "epochs": ckpt["config"]["epochs"], "finished": finished,
+                  "bytes": len(data), "unpacked_bytes": path.stat().st_size}
 
 
 def pack(run_dir: str | Path, dest: str | Path, extra: Sequence[str | Path] = (), name: str | None = None,
@@ -137,11 +136,13 @@ def pack(run_dir: str | Path, dest: str | Path, extra: Sequence[str | Path] = ()
             for path in map(Path, extra):
                 tar.add(path, arcname="extra/" + path.name, recursive=False)
         parts.close()
-    except OSError as e:
+    except Exception as e:  # a full disk, a damaged checkpoint: no parts of a half archive are left
         parts.close()
         for p in dest.glob(f"{name}.tgz.*"):
             p.unlink(missing_ok=True)
-        raise StorageError(f"could not pack {run_dir} into {dest}: {e}; free space there") from None
+        if isinstance(e, OSError) and not isinstance(e, StorageError):
+            raise StorageError(f"could not pack {run_dir} into {dest}: {e}; free space there") from None
+        raise
     manifest = {"format": FORMAT, "name": name, "packed_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "bytes": sum(p["bytes"] for p in parts.parts), "parts": parts.parts, "runs": runs}
     with atomic_path(dest / f"{name}.json") as tmp:
@@ -224,21 +225,20 @@ def unpack(manifest_path: str | Path, run_dir: str | Path, extra_dir: str | Path
             target.parent.mkdir(parents=True, exist_ok=True)
             data = tar.extractfile(member).read()
             if target.name == "checkpoint.pt":
-                data = _unpacked_checkpoint(data)
+                data = _unpacked_checkpoint(data, f"{manifest_path}: {member.name}")
             with atomic_path(target) as tmp:
                 tmp.write_bytes(data)
     return manifest
 
 
-def _unpacked_checkpoint(data: bytes) -> bytes:
-    ckpt = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+def _unpacked_checkpoint(data: bytes, where: str) -> bytes:
+    """The checkpoint file of a packed one (its SHA-256 checked); it has a checksum iff it had one when packed."""
+    ckpt = checkpoint_from_bytes(data, where)
     if ckpt.get("packed") != "best_is_model":
         return data
     del ckpt["packed"]
     ckpt["best_model"] = {k: v.clone() for k, v in ckpt["model"].items()}
-    buf = io.BytesIO()
-    torch.save(ckpt, buf)
-    return buf.getvalue()
+    return checkpoint_bytes(ckpt, checksum=has_checksum(data))
 
 
 def _describe(manifest: dict) -> str:

@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import re
 import types
 import typing
@@ -28,7 +29,8 @@ import tomllib
 from ..errors import PseudoslError
 
 __all__ = ["RunConfig", "ConfigError", "spec", "load_config", "preset_path", "RUN_FREE_FIELDS", "split_model",
-           "model_variant", "check_device"]
+           "model_variant", "check_device", "usable_cpus", "check_parallelism", "available_memory", "check_memory",
+           "format_bytes"]
 
 C = TypeVar("C", bound="RunConfig")
 
@@ -73,9 +75,10 @@ class RunConfig:
     constraint_start_epoch: int = spec(1, min=1, help="SL/PSL from this epoch on (1-based)")
     eval_every: int = spec(1, min=1, help="validation/test metrics every k epochs (for the curves)")
     out: str | None = spec(None, help="output folder (default runs/<experiment>/<preset>-<content key>)")
-    threads: int | None = spec(None, min=1, help="torch.set_num_threads")
+    threads: int | None = spec(None, min=1, help="torch.set_num_threads; at most the CPUs this process may use")
     jobs: int = spec(1, min=1, help="train this many (model, seed) runs at once in worker processes "
-                                    "(they share the device; one process each)")
+                                    "(they share the device; one process each); jobs and jobs x threads at most "
+                                    "two per CPU")
     decoders: list[str] = spec(default_factory=list, help="extra test-time decoders, each adding a row per model "
                                                           "from the same checkpoints (the experiment's decoders)")
     note: str = spec("", help="printed under the table: what the numbers of this preset show (presets set it)")
@@ -112,9 +115,25 @@ class RunConfig:
         """Cross-field rules of a subclass (raise :class:`ConfigError`)."""
 
     def preflight(self) -> None:
-        """Checks of this machine that the run needs (files, folders, API keys), cheap, run before any work
-        by ``harness.train`` and the CLI's extra steps (raise :class:`ConfigError` naming the field and the fix).
-        :meth:`check` stays free of the file system, so a saved config loads anywhere."""
+        """Checks of this machine that the run needs (CPUs for ``threads`` and ``jobs``, memory for the data set,
+        files, folders, API keys), cheap, run before any work by ``harness.train`` and the CLI's extra steps
+        (raise :class:`ConfigError` naming the field and the fix).  :meth:`check` stays free of the machine, so a
+        saved config loads anywhere.  A subclass that adds checks calls ``super().preflight()`` first."""
+        check_parallelism(self.threads, self.jobs)
+        needs = self.memory_needs()
+        if needs is not None:
+            make, hold, what = needs
+            runs = len(self.models) * len(self.seeds)
+            workers = min(self.jobs, runs) if self.jobs > 1 and runs > 1 else 0  # harness._train_parallel's pool
+            check_memory(make + workers * hold, what + (f" (made once, then held by {workers} worker processes "
+                                                        f"too)" if workers else ""),
+                         "lower them (or --jobs), or free memory")
+
+    def memory_needs(self) -> tuple[int, int, str] | None:
+        """``(bytes to make the data set, bytes a process holds once it is made, what it is)``, e.g. ``(..., ...,
+        "n_train + n_test + n_val = 3,000,000 generated 9x9 puzzles")``, estimated from the sizes asked for;
+        ``None``: not estimated (loaded data, small data)."""
+        return None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -262,18 +281,26 @@ def preset_path(presets: Path, name: str) -> Path:
     return p
 
 
+_PRESET_HINT = "src/pseudosl/experiments/<experiment>/presets/quick.toml"
+
+
 def load_config(cls: type[C], path: str | Path | None = None, **overrides: Any) -> C:
     """``cls`` from the TOML file ``path`` (if any), then ``overrides`` (``None`` values are ignored)."""
     values: dict = {}
     if path is not None:
         path = Path(path)
         if not path.is_file():
-            raise ConfigError(f"--config {path}: no such file")
+            raise ConfigError(f"--config {path}: " + ("a folder, not a file" if path.is_dir() else "no such file")
+                              + f"; pass a TOML file of config fields (e.g. a copy of {_PRESET_HINT})")
         try:
             with open(path, "rb") as f:
                 values = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{path}: invalid TOML ({e})") from None
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            reason = (f"cannot read it ({e.strerror or e})" if isinstance(e, OSError) else
+                      f"not UTF-8 text (byte {e.start}: {e.reason})" if isinstance(e, UnicodeDecodeError)
+                      else f"invalid TOML ({e})")
+            raise ConfigError(f"--config {path}: {reason}; pass a UTF-8 TOML file of config fields (start from a "
+                              f"copy of a preset, e.g. {_PRESET_HINT})") from None
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -309,3 +336,83 @@ def check_device(name: str | None, flag: str = "--device") -> str:
     elif device.type not in ("cpu", "mps") or (device.type == "mps" and not torch.backends.mps.is_available()):
         raise ConfigError(f"{flag} {name}: device type {device.type!r} is not available here; use cpu or cuda")
     return name
+
+
+# -- CPUs and memory -------------------------------------------------------------------------------
+# threads (torch.set_num_threads) lie in 1..C, C = the CPUs this process may run on: more threads than CPUs only
+# slow a run down, and thousands crash OpenMP (a segmentation fault at --threads 5000).  jobs (worker processes)
+# and jobs x threads lie in 1..2C: a worker often waits (on the GPU, the disk), so up to two per CPU are allowed.
+WORKERS_PER_CPU = 2
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one, else ``os.cpu_count()``)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def check_parallelism(threads: int | None, jobs: int, cpus: int | None = None) -> None:
+    """Refuse ``threads`` outside ``1 .. cpus`` and ``jobs`` or ``jobs x threads`` outside ``1 .. 2 cpus``
+    (a :class:`~pseudosl.experiments.config.ConfigError` naming the value, the range and the fix)."""
+    cpus = usable_cpus() if cpus is None else cpus
+    most = WORKERS_PER_CPU * cpus
+    if threads is not None and not 1 <= threads <= cpus:
+        raise ConfigError(f"--threads {threads}: must lie in 1..{cpus} (this machine's CPUs); more threads than "
+                          f"CPUs only slow a run down, thousands crash OpenMP; pass --threads {cpus} or fewer")
+    if not 1 <= jobs <= most:
+        raise ConfigError(f"--jobs {jobs}: must lie in 1..{most} (two worker processes per CPU, {cpus} CPUs); "
+                          f"pass --jobs {most} or fewer")
+    if threads is not None and jobs * threads > most:
+        raise ConfigError(f"--jobs {jobs} x --threads {threads} = {jobs * threads} threads: must be at most {most} "
+                          f"(two per CPU, {cpus} CPUs); lower --jobs or --threads")
+
+
+def _meminfo_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_room() -> int | None:
+    """The memory left under this process's cgroup (v2) limit, ``None`` without one."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return max(0, int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def available_memory() -> int | None:
+    """Bytes of memory a new allocation can use now (``MemAvailable``, within a cgroup's limit), ``None`` if
+    this machine does not say."""
+    found = [b for b in (_meminfo_available(), _cgroup_room()) if b is not None]
+    if not found and hasattr(os, "sysconf"):
+        try:
+            found.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError):
+            pass
+    return min(found) if found else None
+
+
+def format_bytes(n: float) -> str:
+    """``1536`` -> ``'1.5 KiB'``, ``3 * 2**40`` -> ``'3.0 TiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def check_memory(needed: int, what: str, fix: str, available: int | None = None) -> None:
+    """Refuse ``needed`` bytes for ``what`` when this machine has less available (``None``: ask it)."""
+    available = available_memory() if available is None else available
+    if available is not None and needed > available:
+        raise ConfigError(f"{what} need about {format_bytes(needed)} of memory, but this machine has "
+                          f"{format_bytes(available)} available; {fix}")

@@ -11,7 +11,8 @@ harness owns everything else, the same for every experiment:
   the folder, records its config in ``run.json`` and refuses runs that do not belong together
   (:mod:`pseudosl.experiments.runs`);
 * checkpoints after every epoch (config, model, optimizer, RNG states, history, early-stopping
-  state) and an exact ``resume``;
+  state), each with the SHA-256 of its bytes, checked before any is used (:mod:`.checkpoints`), and an
+  exact ``resume``;
 * model selection: with a validation split, the checkpoint of the best validation score
   (``Experiment.selection_key``: by default :func:`selection_score`, ``Experiment.metrics`` compared in
   order, so ``metrics[1]`` breaks ties of ``metrics[0]``; higher is better unless the metric is in
@@ -53,6 +54,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm.auto import tqdm
 
 from ..errors import PseudoslError, RunFolderError, StorageError
+from .checkpoints import CheckpointError, check_continuable, load_checkpoint, load_weights, save_checkpoint
 from .config import ConfigError, RunConfig, model_variant, split_model
 from .runs import (LOCK, MANIFEST, atomic_path, check_identity, check_manifest, check_out_folder, run_dirs,
                    run_lock, watch_parent, write_manifest)
@@ -64,10 +66,6 @@ __all__ = ["Experiment", "Splits", "train", "train_run", "run_folder", "evaluate
            "selection_score", "unit", "check_decoders"]
 
 C = TypeVar("C", bound=RunConfig)
-
-
-class CheckpointError(PseudoslError, ValueError):
-    """A checkpoint is missing, unreadable, from another experiment, or cannot continue as asked."""
 
 
 @dataclass
@@ -203,53 +201,6 @@ def _ckpt_path(out: Path, name: str, seed: int) -> Path:
     return out / f"{name}-seed{seed}" / "checkpoint.pt"
 
 
-def load_checkpoint(path: Path, experiment: str | None = None) -> dict:
-    """A checkpoint written by :func:`train_run`, or a :class:`CheckpointError` naming the file."""
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no checkpoint")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # truncated or foreign files raise many types (OSError, RuntimeError, pickle errors)
-        raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e}); "
-                              f"delete it or train again with --overwrite") from None
-    keys = {"config", "model_name", "seed", "epoch", "model", "optimizer", "rng", "history"}
-    if not isinstance(ckpt, dict) or not keys <= set(ckpt):
-        raise CheckpointError(f"{path}: not a pseudosl checkpoint (missing {sorted(keys - set(ckpt or {}))})")
-    if experiment is not None and ckpt.get("experiment", experiment) != experiment:
-        raise CheckpointError(f"{path}: a {ckpt['experiment']} checkpoint, not {experiment}")
-    return ckpt
-
-
-def _check_resumable(saved: dict, cfg: RunConfig, path: Path) -> None:
-    diff = {k: (saved.get(k), v) for k, v in cfg.to_dict().items() if k not in cfg.run_free_fields() and saved.get(k) != v}
-    if diff:
-        raise ConfigError(f"--resume: {path} was trained with a different config: "
-                          + ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
-                          + "; use the same settings, another --out, or --overwrite")
-
-
-def _check_continuable(ckpt: dict, cfg: RunConfig, name: str, seed: int, path: Path) -> None:
-    """``--resume``: the checkpoint is this run's (model, seed, config) and can reach ``cfg.epochs``."""
-    check_identity(ckpt, path, name, seed)
-    _check_resumable(ckpt["config"], cfg, path)
-    done = ckpt["epoch"]
-    if done > cfg.epochs:
-        raise CheckpointError(f"--resume --epochs {cfg.epochs}: {path} has already trained {done} epochs, and a run "
-                              f"cannot go back; pass --epochs {done} (or more) to resume it, or --overwrite to train "
-                              f"{cfg.epochs} epochs afresh")
-    if ckpt["optimizer"] is None and done < cfg.epochs and not ckpt.get("stopped"):
-        raise CheckpointError(f"--resume --epochs {cfg.epochs}: {path} was packed as finished after {done} epochs "
-                              f"(its optimizer state was dropped), so it cannot train on; pass --epochs {done}")
-
-
-def _load_weights(model: nn.Module, weights: dict, path: Path, name: str) -> None:
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as e:  # missing / unexpected keys, shape mismatches
-        raise CheckpointError(f"{path}: its weights do not fit model {name!r} ({str(e).splitlines()[0][:160]}); "
-                              f"is it another model's checkpoint?") from None
-
-
 def _prepare_folder(exp: Experiment, cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> None:
     """Refuse to replace checkpoints silently, to mix configs, or to leave runs out of the folder's results
     (``results.json`` and ``table.txt`` always describe every run of the folder); ``resume`` with nothing to
@@ -280,7 +231,7 @@ def _prepare_folder(exp: Experiment, cfg: RunConfig, out: Path, resume: bool, ov
         for name in cfg.models:
             for seed in cfg.seeds:
                 if (path := found.get(f"{name}-seed{seed}")) is not None:
-                    _check_continuable(load_checkpoint(path, exp.name), cfg, name, seed, path)
+                    check_continuable(load_checkpoint(path, exp.name), cfg, name, seed, path)
 
 
 # -- one model, one seed --------------------------------------------------------------------------
@@ -297,8 +248,8 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
              "best_model": None, "bad_evals": 0, "stopped": False}
     if resume and ckpt_path.exists():
         ckpt = load_checkpoint(ckpt_path, exp.name)
-        _check_continuable(ckpt, shared, name, seed, ckpt_path)
-        _load_weights(model, ckpt["model"], ckpt_path, name)
+        check_continuable(ckpt, shared, name, seed, ckpt_path)
+        load_weights(model, ckpt["model"], ckpt_path, name)
         if ckpt["optimizer"] is not None:  # None: packed as finished (pseudosl.experiments.archive), never trains on
             optimizer.load_state_dict(ckpt["optimizer"])
         state.update({k: ckpt[k] for k in state if k in ckpt})
@@ -374,9 +325,10 @@ def _save(exp: Experiment, cfg: RunConfig, name: str, seed: int, state: dict, mo
           optimizer: torch.optim.Optimizer, ckpt_path: Path, accelerator: Any) -> None:
     if accelerator.is_main_process:
         ckpt_path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(ckpt_path) as tmp:  # an interrupted or failed save never leaves a truncated checkpoint
-            torch.save({**state, "experiment": exp.name, "config": cfg.to_dict(), "model_name": name, "seed": seed,
-                        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": _rng_state()}, tmp)
+        # whole or not at all, with its SHA-256; never by a worker whose parent has ended (runs.atomic_path)
+        save_checkpoint({**state, "experiment": exp.name, "config": cfg.to_dict(), "model_name": name, "seed": seed,
+                         "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": _rng_state()},
+                        ckpt_path)
     accelerator.wait_for_everyone()
 
 
@@ -453,13 +405,13 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
 
     The run folder is locked while the runs write it (the main process holds the lock); the folder, the
     machine (``cfg.preflight()``) and every checkpoint to resume are checked before any data is made."""
-    accelerator = make_accelerator()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    cfg.preflight()  # threads, jobs and the data set's memory fit this machine: checked before anything uses them
     check_decoders(exp, cfg.decoders)
     out = run_folder(exp, cfg)
     check_out_folder(out)
-    cfg.preflight()
+    accelerator = make_accelerator()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     if not accelerator.is_main_process:  # the main process checks and locks the folder (a refusal ends the launch)
         return _train(exp, cfg, out, accelerator, resume)
     created = not out.exists()
@@ -537,7 +489,9 @@ def _worker(exp: Experiment, cfg: RunConfig, name: str, seed: int, out: Path, re
 
 
 def _worker_pool(n: int):
-    """``n`` spawned worker processes that end within a second of this process's death (``kill -9`` too)."""
+    """``n`` spawned worker processes that end with this process (``kill -9`` too; :func:`runs.watch_parent`:
+    on Linux the kernel kills them at once) and never write a file after it.  The workers start in the thread
+    that submits the first tasks, and Linux ties them to that thread: submit from the main thread."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
     return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"), initializer=watch_parent,
@@ -615,7 +569,7 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
             data_cache[cfg.content_key()] = exp.load_data(cfg)
         base, run_cfg = model_variant(cfg, ckpt["model_name"])
         model = exp.build_model(base, run_cfg)
-        _load_weights(model, ckpt.get("best_model") or ckpt["model"], path, ckpt["model_name"])
+        load_weights(model, ckpt.get("best_model") or ckpt["model"], path, ckpt["model_name"])
         model = accelerator.unwrap_model(accelerator.prepare(model))
         test = data_cache[cfg.content_key()].test
         metrics, _ = _evaluate(exp, model, test, run_cfg, accelerator)

@@ -10,7 +10,9 @@ lie, files written whole or not at all.
 * :func:`check_identity`: a checkpoint holds the model and seed its folder ``<model>-seed<seed>`` names.
 * :func:`atomic_path`: write to a temporary name, rename when complete; a failed write (disk full,
   permissions) removes the temporary file and raises a :class:`~pseudosl.errors.StorageError` naming the path.
-* :func:`watch_parent`: a worker process ends when the process that started it is gone.
+* :func:`watch_parent`: a worker process ends when the process that started it is gone (Linux: killed by the
+  kernel at once, ``PR_SET_PDEATHSIG``; elsewhere within a second), and writes no file after that
+  (:func:`atomic_path` checks :func:`parent_alive` before it puts a file in place).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
+import sys
 import threading
 import time
 from contextlib import contextmanager, suppress
@@ -29,7 +33,7 @@ from typing import Any, Iterator
 from ..errors import PseudoslError, RunFolderError, StorageError
 
 __all__ = ["check_out_folder", "run_lock", "write_manifest", "check_manifest", "check_identity", "run_dirs",
-           "atomic_path", "watch_parent", "LOCK", "MANIFEST", "TMP_PREFIX"]
+           "atomic_path", "watch_parent", "parent_alive", "death_signal", "LOCK", "MANIFEST", "TMP_PREFIX"]
 
 LOCK = ".lock"
 MANIFEST = "run.json"
@@ -151,6 +155,9 @@ def atomic_path(path: Path) -> Iterator[Path]:
     try:
         yield tmp
         if tmp.exists():  # a writer may decide to write nothing (e.g. an experiment without an example figure)
+            if not parent_alive():  # a worker of a killed run: the folder's lock is free, another run may own it
+                raise RunFolderError(f"{path}: not written: the process that started this worker (pid {_parent}) "
+                                     f"has ended, and its run folder may belong to another run now")
             os.replace(tmp, path)
     except (OSError, RuntimeError) as e:
         if isinstance(e, PseudoslError) or (isinstance(e, RuntimeError) and not _torch_write_error(e)):
@@ -184,15 +191,63 @@ def _free(path: Path) -> str:
         return ""
 
 
-def watch_parent(parent_pid: int, interval: float = 1.0) -> None:
-    """In a worker process: end it (``os._exit``) within ``interval`` seconds of its parent's death.
+# -- worker processes ------------------------------------------------------------------------------
+_parent: int | None = None  # in a worker process: the pid of the process that started it (watch_parent)
+_PR_SET_PDEATHSIG, _PR_GET_PDEATHSIG = 1, 2  # linux/prctl.h
+
+
+def watch_parent(parent_pid: int, interval: float = 0.2) -> None:
+    """In a worker process (a pool's initializer): end it as soon as its parent ``parent_pid`` dies.
 
     A killed parent cannot stop its workers; without this they train on for minutes and write into a folder
-    whose lock is free again.  Polls ``os.getppid()`` (the parent of a dead parent is another process).
+    whose lock is free again.  On Linux the kernel kills the worker (``SIGKILL``) the moment its parent
+    ends (``prctl(PR_SET_PDEATHSIG)``); elsewhere, and as a second line, a thread polls ``os.getppid()``
+    every ``interval`` seconds (the parent of an orphan is another process) and ends the worker with
+    ``os._exit``.  Until then :func:`parent_alive` is checked before every file is put in place.
     """
+    global _parent
+    _parent = parent_pid
+    _set_death_signal(signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before the death signal was set
+        os._exit(70)
+
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(interval)
         os._exit(70)
 
     threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
+def parent_alive() -> bool:
+    """False in a worker process whose parent (:func:`watch_parent`) has ended; True everywhere else."""
+    return _parent is None or os.getppid() == _parent
+
+
+def _libc() -> Any:
+    """The C library, as the symbols of this process (Linux: Python links it)."""
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _set_death_signal(sig: int) -> bool:
+    """``prctl(PR_SET_PDEATHSIG, sig)`` on Linux; False where there is no such call (the polling thread remains)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return _libc().prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def death_signal() -> int | None:
+    """The signal this process receives when its parent ends (Linux; 0: none), ``None`` where it cannot be read."""
+    import ctypes
+    if not sys.platform.startswith("linux"):
+        return None
+    value = ctypes.c_int(0)
+    try:
+        ok = _libc().prctl(_PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return None
+    return value.value if ok else None

@@ -1,19 +1,18 @@
-"""Deterministic finite automata over categorical sequences, unrolled into circuits (no torch).
+"""Deterministic finite automata over categorical sequences (no torch).
 
 A :class:`DFA` reads a sequence ``y_0 .. y_{n-1}`` of values in ``0 .. n_values-1``;
-``delta[s, c]`` is the state after reading ``c`` in state ``s``.  The constraint
-"the DFA accepts ``y``" over ``n`` positions is the circuit
+``delta[s, c]`` is the state after reading ``c`` in state ``s``.  A :class:`SparseDFA` is the same
+automaton stored as a few default rows plus exceptions, without the ``states x values`` table.
+:mod:`pseudosl.logic.automaton_circuit` compiles either into a circuit whose size grows with the
+exceptions (:func:`~pseudosl.logic.automaton_circuit.automaton_dag`); :func:`automaton_node` embeds a
+small dense DFA into a :class:`~pseudosl.logic.builder.CircuitBuilder` circuit, one OR per state and
+position over the values grouped by destination:
 
     node(s, n) = TRUE if s is accepting else FALSE
     node(s, t) = OR_{d} ( [y_t in {c : delta[s, c] = d}]  AND  node(d, t + 1) )
 
-rooted at ``node(start, 0)``.  Each OR groups the values by destination state, so its
-children hold on disjoint value sets of ``y_t`` (deterministic) and each AND splits
-position ``t`` from positions ``> t`` (decomposable); :meth:`CircuitBuilder.build` smooths.
-The circuit has at most ``n_states * n`` OR nodes -- no SDD compilation is involved.
-
-:func:`forbidden_words_dfa` builds the Aho--Corasick automaton that accepts exactly
-the sequences containing none of a set of forbidden words.
+:func:`forbidden_words_sparse_dfa` builds the Aho--Corasick automaton that accepts exactly
+the sequences containing none of a set of forbidden words (:func:`forbidden_words_dfa`: as a table).
 
 Example:
     >>> dfa = forbidden_words_dfa([[0, 1]], n_values=2)     # never "0 then 1"
@@ -31,10 +30,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .builder import CircuitBuilder
-from .dag import Dag
 from .errors import DEFAULT_MAX_EDGES, check_int, check_limit
 
-__all__ = ["DFA", "SparseDFA", "automaton_dag", "automaton_edges", "automaton_node", "forbidden_words_dfa"]
+__all__ = ["DFA", "SparseDFA", "automaton_node", "forbidden_words_dfa", "forbidden_words_sparse_dfa"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -328,28 +326,6 @@ def automaton_node(b: CircuitBuilder, dfa: DFA, positions: Sequence[int] | None 
     return nodes[dfa.start]
 
 
-def automaton_dag(dfa: DFA, n_positions: int, *, max_edges: int | None = DEFAULT_MAX_EDGES) -> Dag:
-    """The circuit over ``n_positions`` variables with ``dfa.n_values`` values: "``dfa`` accepts ``y``".
-
-    Above ``max_edges`` estimated edges (:func:`automaton_edges`) it is a
-    :class:`~pseudosl.logic.errors.SizeLimitError` before any work (``None``: no limit).
-    """
-    n_positions = check_int("n_positions", n_positions, low=1)
-    check_limit(f"the automaton ({dfa.n_states:,} states, {dfa.n_values:,} values) over {n_positions:,} positions "
-                f"needs circuit edges numbering about", automaton_edges(dfa, n_positions), max_edges, "max_edges")
-    b = CircuitBuilder(n_positions, dfa.n_values)
-    return b.build([automaton_node(b, dfa)])
-
-
-def automaton_edges(dfa: DFA, n_positions: int) -> int:
-    """An upper bound on the edges :func:`automaton_dag` makes: per position, three per (state,
-    destination) pair (OR, AND) plus those of the distinct value sets, plus the smoothing nodes."""
-    groups = _groups(dfa)
-    sets = {vals for g in groups for _, vals in g if len(vals) < dfa.n_values}
-    per_position = 3 * sum(len(g) for g in groups) + sum(len(v) for v in sets) + dfa.n_values
-    return n_positions * per_position
-
-
 def _groups(dfa: DFA) -> list[list[tuple[int, tuple[int, ...]]]]:
     """Per state, its values grouped by destination: ``[(dst, (c, ...)), ...]`` sorted by ``dst``."""
     groups = []
@@ -361,27 +337,84 @@ def _groups(dfa: DFA) -> list[list[tuple[int, tuple[int, ...]]]]:
     return groups
 
 
-def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int, *,
-                        max_edges: int | None = DEFAULT_MAX_EDGES) -> DFA:
-    """Aho--Corasick DFA accepting the sequences in which no word of ``words`` occurs contiguously.
+def forbidden_words_sparse_dfa(words: Sequence[Sequence[int]], n_values: int, *,
+                               max_edges: int | None = DEFAULT_MAX_EDGES) -> SparseDFA:
+    """Aho--Corasick automaton accepting the sequences in which no word of ``words`` occurs contiguously.
 
-    States are the trie nodes (prefixes of words) that contain no complete word as a
-    suffix, plus one absorbing rejecting dead state entered when a word occurrence ends
-    (overlaps included: with words ``[a, b]`` and ``[b, a, b]``, reading ``b a b`` is caught).
-    ``delta`` follows trie edges where they exist and failure links otherwise.
-
-    For a large vocabulary (e.g. GPT-2 tokens) fold every value that occurs in no word into
-    one catch-all value (say ``n_values - 1``) before calling this: such values always reset
-    the automaton to its start, so the folded circuit is exact and stays small.  The GPT-2
-    detox experiment does this over 10 token positions with forbidden words as token sequences.
+    States are the trie nodes (prefixes of words) that contain no complete word as a suffix, numbered in the
+    order the words first reach them (the start is 0), plus one absorbing rejecting dead state (the last),
+    entered when a word occurrence ends (overlaps included: with words ``[a, b]`` and ``[b, a, b]``, reading
+    ``b a b`` is caught).  Stored sparse, without a ``states x values`` table: row 0 is the start's row
+    (each value's trie child of the start, else the start), row 1 the dead state's, and a state's exceptions
+    are the values where its trie children or those of its failure links lead elsewhere -- a few per state.
 
     Args:
         words: non-empty sequences of ints in ``0 .. n_values-1``.
         n_values: alphabet size ``>= 2``.
-        max_edges: refuse a transition table (states x values) larger than this, before
-            allocating it (``None``: no limit).
+        max_edges: refuse default rows (``2 * n_values`` entries) or exceptions above this many, before
+            allocating them (``None``: no limit).
+
+    Example:
+        >>> dfa = forbidden_words_sparse_dfa([[0, 1], [2]], n_values=4)
+        >>> dfa.n_states, dfa.n_exceptions, dfa.accepts([1, 0, 0, 3]), dfa.accepts([3, 0, 1])
+        (3, 1, True, False)
     """
     n_values = check_int("n_values", n_values, low=2)
+    goto, terminal = _trie(words, n_values)
+    n = len(goto)
+    check_limit(f"forbidden_words_sparse_dfa: two default rows of {n_values:,} values hold entries numbering",
+                2 * n_values, max_edges, "max_edges", " (fold the values that occur in no word into one catch-all "
+                "value first)")
+    root = np.zeros(n_values, dtype=np.int64)
+    root[list(goto[0])] = list(goto[0].values())
+    # breadth-first: failure links; exc[s] = {value: destination} wherever delta(s, .) differs from the root row
+    fail = [0] * n  # the start's children fail to the start
+    exc: list[dict[int, int]] = [{} for _ in range(n)]
+    queue = deque(goto[0].values())
+    while queue:
+        s = queue.popleft()
+        terminal[s] = terminal[s] or terminal[fail[s]]  # a word ends here as a suffix
+        exc[s] = {c: d for c, d in exc[fail[s]].items() if c not in goto[s]}
+        for c, t in goto[s].items():
+            fail[t] = exc[fail[s]].get(c, int(root[c]))
+            exc[s][c] = t
+            queue.append(t)
+        exc[s] = {c: d for c, d in exc[s].items() if d != root[c]}
+    # collapse terminal states into one dead state
+    alive = [s for s in range(n) if not terminal[s]]
+    dead = len(alive)
+    remap = np.full(n, dead, dtype=np.int64)
+    remap[alive] = np.arange(dead)
+    default = np.stack([remap[root], np.full(n_values, dead)])
+    triples = [(i, c, remap[d]) for i, s in enumerate(alive) for c, d in exc[s].items() if remap[d] != default[0, c]]
+    check_limit("forbidden_words_sparse_dfa: the exceptions number", len(triples), max_edges, "max_edges")
+    return SparseDFA(dead + 1, n_values, 0, frozenset(range(dead)), default,
+                     np.array(triples, dtype=np.int64).reshape(-1, 3), row_of=[0] * dead + [1])
+
+
+def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int, *,
+                        max_edges: int | None = DEFAULT_MAX_EDGES) -> DFA:
+    """:func:`forbidden_words_sparse_dfa` as a dense table (``states x values``; refused above ``max_edges``
+    entries, before it is allocated: ``None`` for no limit).
+
+    For a large vocabulary (e.g. GPT-2 tokens) fold every value that occurs in no word into
+    one catch-all value (say ``n_values - 1``) before calling this: such values always reset
+    the automaton to its start, so the folded circuit is exact and stays small.
+
+    Example:
+        >>> forbidden_words_dfa([[0, 1]], n_values=2).delta.tolist()     # never "0 then 1"; state 2 is dead
+        [[1, 0], [1, 2], [2, 2]]
+    """
+    n_values = check_int("n_values", n_values, low=2)
+    n_states = len(_trie(words, n_values)[0])  # the table has at most this many states, dead one included
+    check_limit(f"forbidden_words_dfa: {n_states:,} trie states x {n_values:,} values make a transition table with "
+                f"entries numbering", n_states * n_values, max_edges, "max_edges",
+                " (fold the values that occur in no word into one catch-all value first)")
+    return forbidden_words_sparse_dfa(words, n_values, max_edges=None).to_dense(max_entries=None)
+
+
+def _trie(words: Sequence[Sequence[int]], n_values: int) -> tuple[list[dict[int, int]], list[bool]]:
+    """The trie of ``words``: ``goto[s]`` = {value: child}, and whether a word ends at each node."""
     goto: list[dict[int, int]] = [{}]
     terminal = [False]
     for i, w in enumerate(words):
@@ -399,33 +432,4 @@ def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int, *,
                 terminal.append(False)
             s = goto[s][c]
         terminal[s] = True
-    # breadth-first: failure links, and full transitions delta[s][c]
-    n = len(goto)
-    check_limit(f"forbidden_words_dfa: {n:,} trie states x {n_values:,} values make a transition table with "
-                f"entries numbering", n * n_values, max_edges, "max_edges",
-                " (fold the values that occur in no word into one catch-all value first)")
-    delta = np.zeros((n, n_values), dtype=np.int64)
-    fail = [0] * n
-    queue: deque[int] = deque()
-    for c in range(n_values):
-        if c in goto[0]:
-            delta[0, c] = goto[0][c]
-            queue.append(goto[0][c])
-    while queue:
-        s = queue.popleft()
-        terminal[s] = terminal[s] or terminal[fail[s]]  # a word ends here as a suffix
-        for c in range(n_values):
-            t = goto[s].get(c)
-            if t is None:
-                delta[s, c] = delta[fail[s], c]
-            else:
-                fail[t] = int(delta[fail[s], c])
-                delta[s, c] = t
-                queue.append(t)
-    # collapse terminal states into one dead state
-    alive = [s for s in range(n) if not terminal[s]]
-    new = {s: i for i, s in enumerate(alive)}
-    dead = len(alive)
-    remap = np.array([new.get(s, dead) for s in range(n)], dtype=np.int64)
-    table = np.vstack([remap[delta[alive]], np.full((1, n_values), dead)])
-    return DFA(dead + 1, n_values, 0, frozenset(range(dead)), table)
+    return goto, terminal

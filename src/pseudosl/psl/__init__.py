@@ -15,7 +15,9 @@
 * :mod:`.fidelity`    -- :func:`local_fidelity`: entropies and KL of the local approximation against the model,
 * :mod:`.resample`    -- :func:`constrained_sample`: outputs that satisfy the constraint (locally constrained resampling),
 * :mod:`.logits_process` -- :class:`ConstraintLogitsProcessor`: decoding-time masks for Hugging Face ``generate``
-  (imports ``transformers``: loaded on first use).
+  (imports ``transformers``: loaded on first use), over a window or streaming with
+  :mod:`.automaton_mask` (an automaton's states and masks on a device) and :mod:`.row_lineage` (rows followed
+  through beam-search reorderings).
 """
 
 from .adapt import as_engine

@@ -115,6 +115,7 @@ class DetoxConfig(RunConfig):
 
     def preflight(self) -> None:
         """The files, folders and key the pipeline reads late, checked before pretraining or sampling starts."""
+        super().preflight()  # threads and jobs
         from .scoring import make_scorer
         from .words import load_words, select_words
         for name, path in (("bad_words", self.bad_words), ("prompts", self.prompts),

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import torch
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 import pseudosl
 
@@ -121,7 +122,10 @@ def sample_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str
                             truncation=True, max_length=room), n)
                  for a in range(0, len(texts), batch_size)]
     ids, decoded = [], []
-    for enc, reps in calls:
+    total = n * (1 if prompts is None else len(texts))
+    bar = tqdm(calls, desc=f"sampling {total:,} continuations of {new_tokens} tokens", unit="batch", leave=False,
+               mininterval=1.0, disable=len(calls) < 2)
+    for enc, reps in bar:
         enc = {k: v.to(device) for k, v in dict(enc).items()}
         width = enc["input_ids"].shape[1]  # the padded prompt: the constraint's position 0 is token `width`
         extra = dict(generate_kw)
@@ -175,6 +179,8 @@ def text_perplexity(model: nn.Module, tokenizer: Any, texts: Sequence[str], *, b
         mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in chunk], device=device)
         logits = model(input_ids=ids, attention_mask=mask).logits.float()  # (b, L, V)
         if logits_processor is not None:  # the next-token distribution decoding with the processor samples from
+            if hasattr(logits_processor, "reset"):  # a ConstraintLogitsProcessor follows one sequence of calls
+                logits_processor.reset()
             logits = torch.stack([logits_processor(ids[:, :t + 1], logits[:, t]) for t in range(width - 1)], 1)
         else:
             logits = logits[:, :-1]

@@ -27,6 +27,8 @@ The generator (:func:`generate`, deterministic by seed, numpy-vectorised over ma
    label is then the canonical optimum (the back-tracking rule of :func:`~.grid.shortest_paths`),
    and ``meta.json`` records the share of tied maps per split.  ``reject_ties=True`` redraws them.
 
+From 20,000 maps on (:data:`~.grid.PROGRESS_FROM`), labelling and rendering show progress bars (tqdm, stderr).
+
 :func:`load_or_generate` caches the three splits in the real layout under
 ``<data_dir>/gen-<k>x<k>-<n_train>-<n_val>-<n_test>-seed<seed>-v1/`` (default
 ``pseudosl.cache.cache_dir() / "warcraft"``).
@@ -42,9 +44,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ...errors import StorageError
-from .grid import shortest_paths
+from .grid import PROGRESS_FROM, shortest_paths
 
 __all__ = ["WarcraftDataError", "WarcraftSplit", "COSTS", "CLASS_NAMES", "N_VARIANTS", "SPLITS", "terrain",
            "render", "generate", "save_layout", "load_split", "load_layout", "load_or_generate",
@@ -120,7 +123,9 @@ def render(classes: np.ndarray, rng: np.random.Generator, noise: float = 10.0, c
     tex = _textures().astype(np.float32)
     n, k, _ = classes.shape
     out = np.empty((n, 8 * k, 8 * k, 3), dtype=np.uint8)
-    for s in range(0, n, chunk):
+    bar = tqdm(range(0, n, chunk), desc=f"rendering {n:,} {k}x{k} maps", unit="chunk", mininterval=1.0,
+               disable=n < PROGRESS_FROM)
+    for s in bar:
         c = classes[s:s + chunk]
         view = rng.integers(0, tex.shape[1], size=c.shape)
         img = tex[c, view]                                                   # (b, k, k, 8, 8, 3)

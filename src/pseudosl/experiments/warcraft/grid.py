@@ -13,6 +13,9 @@ weights of the cells it visits, both ends included (the Warcraft convention).
    (``|d[u] + w[v] - d[v]| <= tol``), cells processed in increasing ``d`` (capped at 2);
 3. the path: back from the goal, always to the first tight neighbour (up, left, down, right).
 
+Maps are solved :data:`CHUNK` at a time (the same answers in bounded memory), with a progress bar from
+:data:`PROGRESS_FROM` maps on.
+
 Paths as sequences.  A path is the binary vector over the edges of the 4-connected grid
 (``2 k (k - 1)`` edges, 264 for 12 x 12) in the order of :func:`pseudosl.constraints.grid_edges`,
 which is also the order the autoregressive models generate them in.  :func:`mask_to_edges` takes
@@ -43,6 +46,10 @@ def _neighbours(k: int) -> np.ndarray:
     return out
 
 
+CHUNK = 2000  # maps solved at once: bounds the (N, k^2, 4) temporaries
+PROGRESS_FROM = 20_000  # shortest_paths shows a progress bar (stderr) for this many maps or more
+
+
 def shortest_paths(weights: np.ndarray, tol: float = 1e-6) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Minimum-cost corner-to-corner paths of ``N`` maps (see the module docs).
 
@@ -60,6 +67,21 @@ def shortest_paths(weights: np.ndarray, tol: float = 1e-6) -> tuple[np.ndarray, 
         raise ValueError(f"weights must have shape (N, k, k); got {w.shape}")
     if not np.all(np.isfinite(w)) or not np.all(w > 0):
         raise ValueError("weights must be finite and positive (a zero or negative cell cost has no shortest path)")
+    n = w.shape[0]
+    if n <= CHUNK:
+        return _solve(w, tol)
+    from tqdm.auto import tqdm
+    parts = []
+    with tqdm(total=n, desc=f"shortest paths of {n:,} maps", unit="map", mininterval=1.0,
+              disable=n < PROGRESS_FROM) as bar:
+        for a in range(0, n, CHUNK):  # maps are independent: chunks give the same answers in bounded memory
+            parts.append(_solve(w[a:a + CHUNK], tol))
+            bar.update(len(parts[-1][0]))
+    return tuple(np.concatenate(p) for p in zip(*parts))  # type: ignore[return-value]
+
+
+def _solve(w: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`shortest_paths` of checked weights ``(N, k, k)``, all maps at once."""
     n, k = w.shape[0], w.shape[1]
     flat = w.reshape(n, k * k)
     nb = _neighbours(k)                                          # (k², 4)
