@@ -280,3 +280,27 @@ def test_multi_root_circuit_sums_per_root_losses():
     neg = pseudo_semantic_loss(m.engine(), both, y, "none", negate=True)
     want_neg = sum(pseudo_semantic_loss(m.engine(), c, y, "none", negate=True) for c in singles)
     torch.testing.assert_close(neg, want_neg, atol=ATOL64, rtol=0)
+
+
+@given(n=st.integers(1, 4), k=st.integers(2, 3), seed=st.integers(0, 10_000), data=st.data())
+def test_the_psl_of_a_fully_factorized_model_is_the_semantic_loss_of_its_marginals(n, k, seed, data):
+    """STYLE's identity: when p(y) = prod_i q_i(y_i), every conditional p(y_i | y_-i) is q_i(y_i) whatever the sample,
+    so p~_y = q and the PSL is the semantic loss of q -- value and gradient, for any sample and any circuit."""
+    from pseudosl import semantic_loss
+
+    truth = np.array(data.draw(st.lists(st.booleans(), min_size=k ** n, max_size=k ** n)))
+    truth[data.draw(st.integers(0, k ** n - 1))] = True
+    circuit = circuit_from_truth(truth, n, k)
+    logits = torch.randn(3, n, k, generator=torch.Generator().manual_seed(seed), dtype=torch.float64,
+                         requires_grad=True)
+
+    def log_joint(y, example):  # a fully-factorized model: a sum of per-position log-probabilities
+        logq = logits.log_softmax(-1)[example]  # (N, n, k)
+        return logq.gather(-1, y.unsqueeze(-1)).squeeze(-1).sum(-1)
+
+    psl = pseudo_semantic_loss(as_engine(log_joint, n_values=k), circuit, _sample(n, k, seed=seed), reduction="sum")
+    (g_psl,) = torch.autograd.grad(psl, logits)
+    sl = semantic_loss(circuit, logits, reduction="sum")
+    (g_sl,) = torch.autograd.grad(sl, logits)
+    torch.testing.assert_close(psl, sl, atol=ATOL64, rtol=0)
+    torch.testing.assert_close(g_psl, g_sl, atol=ATOL64, rtol=0)
