@@ -36,7 +36,7 @@ semiring's sum over a node's elements: log-sum-exp, or max for MPE).  The querie
 decide the query: ``exp(element - node)`` for the gradient (the hand-written backward pass, and the
 marginals), one-hot of the max for MPE, one-hot of a choice drawn from ``exp(element - node)`` for
 sampling.  The backward pass is NaN-free when values are ``-inf``: the weight of a child of an OR node
-whose value is ``-inf`` is 0.  See :class:`~pseudosl.logic.dag.LayerPlan` for the grouping (an OR node
+whose value is ``-inf`` is 0.  See :class:`~pseudosl.logic.layers.LayerPlan` for the grouping (an OR node
 and the AND elements only it uses are one sum-of-products row).
 
 Memory: a pass needs about ``itemsize x B x (n_slots + largest gather)`` bytes, plus the weights it

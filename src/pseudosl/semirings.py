@@ -1,6 +1,6 @@
 """The circuit's two layer loops, written once and parameterised by a semiring (torch-struct style).
 
-A compiled circuit is evaluated group by group (:class:`~pseudosl.logic.dag.LayerPlan`): node values
+A compiled circuit is evaluated group by group (:class:`~pseudosl.logic.layers.LayerPlan`): node values
 live in one buffer ``(n_slots, N)`` (``N`` columns: batch rows, or samples times rows), and group ``g``
 computes rows ``start : start + count`` from the index tensor ``idx`` ``(count, E, A)``::
 
