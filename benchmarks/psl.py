@@ -33,7 +33,7 @@ import time
 import torch
 
 from pseudosl import Circuit, CircuitBuilder
-from pseudosl.circuit import _log1mexp
+from pseudosl.numerics import log1mexp
 from pseudosl.losses import constraint_log_prob
 from pseudosl.constraints import compile_all_different
 from pseudosl.psl import CausalLMEngine, RecurrentDecoder, ValueMap, as_engine, local_conditionals, pseudo_semantic_loss
@@ -150,7 +150,7 @@ def bench_gpt2(device: torch.device, reps: int, quick: bool) -> list[tuple]:
         cond = local_conditionals(naive_eng.log_joint, y, candidates=cand)  # (B, n, 450) over the candidates
         lp = cond.new_full((b, n, vocab), float("-inf")).scatter(-1, cand, cond)
         per_value = vm.fold(lp)
-        (-_log1mexp(constraint_log_prob(circuit, per_value).clamp(max=0))).mean().backward()
+        (-log1mexp(constraint_log_prob(circuit, per_value).clamp(max=0))).mean().backward()
 
     work_naive, work_eng = b * K * n * (p_len + n), b * (K * n * (n - 1) // 2 + p_len + n)
     t_e, m_e = timed(run_engine, device, reps)

@@ -1,7 +1,8 @@
 """No import circle in the package: imports flow downward (logic -> circuit -> losses -> psl -> experiments -> cli).
 
 Every ``import`` statement of every module of ``src/pseudosl`` counts, at module level and deferred inside a
-function alike: a deferred import hides a circle from the interpreter, not from the design.
+function alike: a deferred import hides a circle from the interpreter, not from the design.  And no module
+imports a private (underscore) name from another: what a module shares is public.
 """
 
 from __future__ import annotations
@@ -17,23 +18,44 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _target(name: str, path: Path, node: ast.ImportFrom) -> str:
+    """The module a ``from ... import`` statement of module ``name`` (file ``path``) imports from."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(name: str, path: Path, modules: set[str]) -> set[str]:
     """The package's modules that ``name`` imports (``from pkg import sub`` names the submodule ``pkg.sub``)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _target(name, path, node)
             for alias in node.names:
                 sub = f"{target}.{alias.name}"
                 found.add(sub if sub in modules else target)
     return {m for m in found if m in modules and m != name}
+
+
+def private_imports(name: str, path: Path, source: str, modules: set[str]) -> list[str]:
+    """``from m import _x`` statements of module ``name`` that take a private name ``_x`` from a package module
+    ``m``.  A private module (``from . import _validation``) and a dunder (``__version__``) are fine, and so is
+    a public name under a private local alias (``from m import load as _load``)."""
+    found = []
+    for node in ast.walk(ast.parse(source, str(path))):
+        if isinstance(node, ast.ImportFrom):
+            target = _target(name, path, node)
+            if target.split(".")[0] != "pseudosl":
+                continue
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.endswith("__")
+                if private and f"{target}.{alias.name}" not in modules:
+                    found.append(f"{name}:{node.lineno}: from {target} import {alias.name}")
+    return found
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -78,3 +100,22 @@ def test_no_module_imports_a_module_that_imports_it_back():
 def test_the_command_line_is_on_top():
     graph = import_graph()
     assert not [m for m, deps in graph.items() if "pseudosl.cli" in deps]
+
+
+def test_the_private_import_checker_sees_private_names():
+    modules = {"pseudosl.logic.dag", "pseudosl.logic.builder", "pseudosl._validation", "pseudosl.circuit"}
+    path = SRC / "pseudosl" / "logic" / "builder.py"
+    code = ("from .dag import _AND, Dag\nfrom .. import _validation\nfrom ..circuit import load as _load\n"
+            "from pseudosl.circuit import _scored\nfrom numpy import _private\nfrom .._version import __version__\n"
+            "def f():\n    from .dag import _bits\n")
+    assert private_imports("pseudosl.logic.builder", path, code, modules) == [
+        "pseudosl.logic.builder:1: from pseudosl.logic.dag import _AND",
+        "pseudosl.logic.builder:4: from pseudosl.circuit import _scored",
+        "pseudosl.logic.builder:8: from pseudosl.logic.dag import _bits"]
+
+
+def test_no_module_imports_a_private_name_from_another():
+    paths = {_module_name(p): p for p in (SRC / "pseudosl").rglob("*.py")}
+    found = [hit for name, path in sorted(paths.items())
+             for hit in private_imports(name, path, path.read_text(), set(paths))]
+    assert not found, "private names imported from another module (make them public): " + "; ".join(found)

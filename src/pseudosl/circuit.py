@@ -36,7 +36,7 @@ semiring's sum over a node's elements: log-sum-exp, or max for MPE).  The querie
 decide the query: ``exp(element - node)`` for the gradient (the hand-written backward pass, and the
 marginals), one-hot of the max for MPE, one-hot of a choice drawn from ``exp(element - node)`` for
 sampling.  The backward pass is NaN-free when values are ``-inf``: the weight of a child of an OR node
-whose value is ``-inf`` is 0.  See :class:`~pseudosl.logic.dag.LayerPlan` for the grouping (an OR node
+whose value is ``-inf`` is 0.  See :class:`~pseudosl.logic.layers.LayerPlan` for the grouping (an OR node
 and the AND elements only it uses are one sum-of-products row).
 
 Memory: a pass needs about ``itemsize x B x (n_slots + largest gather)`` bytes, plus the weights it
@@ -70,7 +70,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
@@ -78,8 +77,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from . import _validation, memory, semirings
-from ._validation import require
+from . import _validation, inputs, memory, semirings, torchcompile
+from .inputs import apply_allowed
 from .logic.dag import Dag, LayerPlan
 from .logic.errors import DEFAULT_MAX_VARS
 
@@ -248,20 +247,7 @@ class Circuit(nn.Module):
 
     def _check_shape(self, x: Tensor) -> bool:
         """Type and shape of ``x`` (host-side, free); whether it is the Boolean ``(B, n)`` form."""
-        if not isinstance(x, Tensor):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        _validation.check_dense("x", x)
-        _validation.check_device("x", x, self.root_rows.device)
-        if not x.is_floating_point():
-            raise TypeError(f"x must be a floating-point tensor of log-probabilities, got dtype {x.dtype}")
-        n, k = self.n_vars, self.n_values
-        if x.dim() == 2 and k == 2 and x.shape[1] == n:
-            return True
-        if x.dim() != 3 or x.shape[1:] != (n, k):
-            boolean = f", or (B, {n}) for log P(true) of Boolean variables" if k == 2 else ""
-            raise ValueError(f"x must have shape (B, {n}, {k}) ({n} positions with {k} values each){boolean}; "
-                             f"got {tuple(x.shape)}")
-        return False
+        return inputs.check_shape(x, self.n_vars, self.n_values, self.root_rows.device)
 
     def categorical_input(self, x: Tensor) -> Tensor:
         """Check ``x`` and return it as ``(B, n, k)`` log-probabilities (see module docs).
@@ -273,17 +259,7 @@ class Circuit(nn.Module):
         (``torch._assert_async``), which stop the program rather than raise a ``ValueError``.
         """
         boolean = self._check_shape(x)
-        check = self.validates(x)
-        if boolean:
-            if check:
-                require(~(x > 0).any(), "Boolean input (B, n) holds log P(X = true) and must be <= 0; "
-                                         "pass log-probabilities (e.g. F.logsigmoid(logits)), not logits")
-            x = torch.stack([_log1mexp(x), x], dim=-1)
-        if check:
-            require(~torch.isnan(x).any(),
-                     "x contains NaN; the circuit needs log-probabilities (use -inf for probability 0)")
-            require(~torch.isposinf(x).any(), "x contains +inf; log-probabilities are at most 0")
-        return x
+        return inputs.categorical(x, boolean, self.validates(x))
 
     def _prepared(self, x: Tensor, allowed: Tensor | None, rows: slice) -> Tensor:
         """Rows ``rows`` of ``x`` as checked ``(b, n, k)`` log-weights, ``allowed`` applied, half precision in float32."""
@@ -396,15 +372,8 @@ class Circuit(nn.Module):
 
     def _check_query(self, x: Tensor, allowed: Tensor | None) -> None:
         self._check_shape(x)
-        if allowed is None:
-            return
-        if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool:
-            raise TypeError(f"allowed must be a bool tensor, got {getattr(allowed, 'dtype', type(allowed).__name__)}")
-        _validation.check_dense("allowed", allowed)
-        _validation.check_device("allowed", allowed, x.device)
-        if allowed.shape != (x.shape[0], self.n_vars, self.n_values):
-            raise ValueError(f"allowed must have shape (B, n, k) = {(x.shape[0], self.n_vars, self.n_values)}, "
-                             f"got {tuple(allowed.shape)}")
+        if allowed is not None:
+            inputs.check_allowed(allowed, (x.shape[0], self.n_vars, self.n_values), x.device)
 
     def _up(self, leaves: Tensor, sr: semirings.Semiring) -> tuple[Tensor, list[Tensor | None]]:
         """The node buffer ``(n_slots, b)`` under ``sr`` and the weights each group kept for the way down."""
@@ -550,15 +519,11 @@ class Circuit(nn.Module):
             >>> f is c.compiled()
             True
         """
-        key = repr(sorted(options.items()))  # options may hold dicts (e.g. options={...}), which do not hash
-        cache = self.__dict__.setdefault("_compiled", {})
-        if key not in cache:
-            cache[key] = _first_order_only(torch.compile(_own_code(self.log_prob), fullgraph=True, **options))
-        return cache[key]
+        return torchcompile.compiled_once(self, self.log_prob, options)
 
     def __getstate__(self) -> dict:
         state = dict(super().__getstate__())
-        state.pop("_compiled", None)  # compiled functions are rebuilt on demand, never copied or pickled
+        state.pop(torchcompile.CACHE, None)  # compiled functions are rebuilt on demand, never copied or pickled
         return state
 
     def log_prob_reference(self, x: Tensor) -> Tensor:
@@ -573,54 +538,8 @@ class Circuit(nn.Module):
         return out[:, 0] if self.n_roots == 1 else out
 
 
-def apply_allowed(log_probs: Tensor, allowed: Tensor | None) -> Tensor:
-    """Set ``log_probs`` to ``-inf`` where ``allowed`` is False (``allowed``: bool ``(B, n, k)``)."""
-    if allowed is None:
-        return log_probs
-    if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool:
-        raise TypeError(f"allowed must be a bool tensor, got {getattr(allowed, 'dtype', type(allowed).__name__)}")
-    _validation.check_dense("allowed", allowed)
-    _validation.check_device("allowed", allowed, log_probs.device)
-    if allowed.shape != log_probs.shape:
-        raise ValueError(f"allowed must have the shape of the log-probabilities {tuple(log_probs.shape)}, "
-                         f"got {tuple(allowed.shape)}")
-    return log_probs.masked_fill(~allowed, float("-inf"))
-
-
 def _scored(xc: Tensor, values: Tensor, unsat: Tensor) -> tuple[Tensor, Tensor]:
     """Assignments ``(S, b, n)`` and their log-weights ``(S, b)`` under ``xc`` ``(b, n, k)``, sentinels where ``unsat``."""
     log_prob = xc.unsqueeze(0).expand(values.shape[0], *xc.shape).gather(3, values.unsqueeze(3)).squeeze(3).sum(2)
     return (values.masked_fill(unsat.view(1, -1, 1), -1),
             log_prob.masked_fill(unsat.view(1, -1), float("-inf")))
-
-
-def _first_order_only(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
-    """``fn`` whose result refuses ``create_graph=True`` by name (:class:`~pseudosl.semirings.FirstOrderOnly`)."""
-    def call(x: Tensor) -> Tensor:
-        return semirings.FirstOrderOnly.apply(fn(x))
-    return call
-
-
-def _own_code(method: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
-    """``method`` wrapped in a function with a fresh code object (so a compile cache of its own)."""
-    def call(x: Tensor) -> Tensor:
-        return method(x)
-    return types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__, None, call.__closure__)
-
-
-def _log1mexp(x: Tensor) -> Tensor:
-    """log(1 - exp(x)) for x <= 0, accurate near 0 (Maechler 2012); exactly -inf at x = 0.
-
-    Subnormal x (between the smallest normal ``-tiny`` and 0) give ``log(-x)``, which is exact there
-    (``1 - exp(x) = -x`` to rounding): -103.28 for float32's -1.4e-45, not the -87.34 of ``-tiny``.
-    The derivative (about ``1/x``) overflows there and is infinite at 0: it is defined as 0 above
-    ``-tiny`` (the clamp stops it), so a probability of (almost) exactly 1 gives finite gradients.
-    """
-    tiny = torch.finfo(x.dtype).tiny
-    xs = x.clamp(max=-tiny)
-    small = xs > -0.6931471805599453
-    a = torch.log(-torch.expm1(torch.where(small, xs, torch.full_like(xs, -1.0))))
-    b = torch.log1p(-torch.exp(torch.where(small, torch.full_like(xs, -1.0), xs)))
-    subnormal = (x > -tiny) & (x < 0)
-    c = torch.log(-torch.where(subnormal, x.detach(), torch.full_like(xs, -1.0)))  # no gradient, as at the clamp
-    return torch.where(x >= 0, torch.full_like(x, float("-inf")), torch.where(subnormal, c, torch.where(small, a, b)))

@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._validation import check_dense, require
-from .circuit import Circuit, _log1mexp, apply_allowed
+from .circuit import Circuit, apply_allowed
+from .numerics import log1mexp
 
 __all__ = ["constraint_log_prob", "product_log_prob", "semantic_loss", "constraint_entropy", "log_probs_from_logits",
            "reduce_loss"]
@@ -112,7 +113,7 @@ def product_log_prob(circuit: Circuit, log_probs: Tensor, allowed: Tensor | None
     safe_allowed = log_allowed.masked_fill(impossible, 0.0).unsqueeze(-1)
     cond = (lp - safe_allowed).clamp(max=0.0)  # log P(alpha_r | allowed), rounding kept <= 0
     if negate:
-        cond = _log1mexp(cond)
+        cond = log1mexp(cond)
     out = cond.sum(-1) if condition else safe_allowed.squeeze(-1) + cond.sum(-1)
     return out.masked_fill(impossible, float("-inf"))
 

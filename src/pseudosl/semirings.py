@@ -1,6 +1,6 @@
 """The circuit's two layer loops, written once and parameterised by a semiring (torch-struct style).
 
-A compiled circuit is evaluated group by group (:class:`~pseudosl.logic.dag.LayerPlan`): node values
+A compiled circuit is evaluated group by group (:class:`~pseudosl.logic.layers.LayerPlan`): node values
 live in one buffer ``(n_slots, N)`` (``N`` columns: batch rows, or samples times rows), and group ``g``
 computes rows ``start : start + count`` from the index tensor ``idx`` ``(count, E, A)``::
 
@@ -43,6 +43,8 @@ from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
+
+from .numerics import safe_logsumexp
 
 __all__ = ["LOG", "MAX", "Semiring", "semiring", "bottom_up", "top_down", "sampled_choices", "evaluate_differentiable",
            "safe_logsumexp", "Evaluate", "FirstOrderOnly"]
@@ -154,16 +156,6 @@ def evaluate_differentiable(leaves: Tensor, meta: Meta, indices: Sequence[Tensor
         el = _element_values(buf, idx, count, n_el, n_term)
         buf = torch.cat([buf, el.squeeze(1) if n_el == 1 else sr.sum_differentiable(el)])  # rows start:start+count
     return buf.index_select(0, roots)
-
-
-def safe_logsumexp(x: Tensor, dim: int) -> Tensor:
-    """log-sum-exp whose derivatives (of every order) are 0, not NaN, where every term is -inf."""
-    m = x.amax(dim, keepdim=True).detach()
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    s = torch.exp(x - m).sum(dim)
-    empty = s == 0
-    out = torch.log(torch.where(empty, torch.ones_like(s), s)) + m.squeeze(dim)
-    return torch.where(empty, torch.full_like(s, float("-inf")), out)
 
 
 def _element_values(buf: Tensor, idx: Tensor, count: int, n_el: int, n_term: int) -> Tensor:

@@ -48,7 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .automaton import DFA, SparseDFA
-from .dag import _AND, _CONST, _LIT, _OR, FALSE, TRUE, Dag
+from .dag import Dag
+from .nodes import AND, CONST, FALSE, LIT, OR, TRUE
 from .errors import DEFAULT_MAX_EDGES, check_int, check_limit
 
 __all__ = ["automaton_dag", "automaton_edges"]
@@ -254,7 +255,7 @@ class _Unroller:
 
     def __init__(self, plan: _Plan, n_positions: int) -> None:
         self.plan, self.n = plan, n_positions
-        self.kind, self.var, self.value = [_CONST, _CONST], [0, 0], [0, 1]
+        self.kind, self.var, self.value = [CONST, CONST], [0, 0], [0, 1]
         self.offsets, self.children = [0, 0, 0], []
         self.index: dict[tuple[int, tuple[int, ...]], int] = {}  # hash-consing within a position
 
@@ -300,17 +301,17 @@ class _Unroller:
         if sets[i] < 0:
             tr = self.plan.tree
             if not tr.count[i]:
-                sets[i] = self._new(_LIT, [], t, int(self.plan.order[tr.lo[i]]))
+                sets[i] = self._new(LIT, [], t, int(self.plan.order[tr.lo[i]]))
             else:
-                sets[i] = self._new(_OR, [self._values(t, j, sets) for j in tr.kids(i)])
+                sets[i] = self._new(OR, [self._values(t, j, sets) for j in tr.kids(i)])
         return sets[i]
 
     def _and(self, values: int, after: int) -> int:
-        return values if after == TRUE else self._node(_AND, [values, after])
+        return values if after == TRUE else self._node(AND, [values, after])
 
     def _or(self, kids: list[int]) -> int:
         kids = [k for k in kids if k != FALSE]
-        return FALSE if not kids else kids[0] if len(kids) == 1 else self._node(_OR, kids)
+        return FALSE if not kids else kids[0] if len(kids) == 1 else self._node(OR, kids)
 
     def _node(self, kind: int, kids: list[int]) -> int:
         key = (kind, tuple(sorted(kids)))

@@ -11,13 +11,14 @@ exact: the smoothing node of variable ``v`` is ``OR_c [X_v = c]``, never a Berno
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from .dag import _AND, _CONST, _LIT, _OR, FALSE, TRUE, Dag, _bits, _separated
+from . import determinism
+from .dag import Dag
+from .nodes import AND, CONST, FALSE, LIT, OR, TRUE, bits
 from .errors import DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, CircuitError, check_int, check_limit, check_vars
 
 __all__ = ["CircuitBuilder"]
@@ -63,7 +64,7 @@ class CircuitBuilder:
         self.max_nodes = max_nodes
         self.max_check_assignments = check_int("max_check_assignments", max_check_assignments, 1)
         # node id -> (kind, payload); payload = (var, value) for literals, tuple of children otherwise
-        self._kind: list[int] = [_CONST, _CONST]
+        self._kind: list[int] = [CONST, CONST]
         self._payload: list[tuple[int, ...]] = [(0,), (1,)]
         self._index: dict[tuple[int, tuple[int, ...]], int] = {}
         self._mask: list[int] = [0, 0]  # bitset of the variables below each inner node (0 for leaves)
@@ -87,8 +88,8 @@ class CircuitBuilder:
             payload = (var, value)  # the common case first
         else:
             payload = (self._check_var(var), self._check_value(var, value))
-        node = self._index.get((_LIT, payload))
-        return self._make(_LIT, payload, var=payload[0]) if node is None else node
+        node = self._index.get((LIT, payload))
+        return self._make(LIT, payload, var=payload[0]) if node is None else node
 
     def in_set(self, var: int, values: Iterable[int]) -> int:
         """``[X_var in values]``: an OR of value indicators (deterministic by construction)."""
@@ -125,7 +126,7 @@ class CircuitBuilder:
         if len(kids) == 1:
             return kids.pop()
         key = tuple(sorted(kids))
-        node = self._index.get((_AND, key))
+        node = self._index.get((AND, key))
         if node is not None:
             return node
         seen, head, var_of = 0, None, self._var
@@ -137,7 +138,7 @@ class CircuitBuilder:
             seen |= m
             if v is not None and (head is None or v < head[0]):
                 head = (v, c)
-        node = self._make(_AND, key, mask=seen)
+        node = self._make(AND, key, mask=seen)
         if head is not None:  # its literal (or OR of literals) of the lowest such variable: see or_
             self._head[node] = head[1]
         return node
@@ -160,7 +161,7 @@ class CircuitBuilder:
         if len(kids) == 1:
             return kids.pop()
         key = tuple(sorted(kids))
-        node = self._index.get((_OR, key))
+        node = self._index.get((OR, key))
         if node is not None:
             return node
         mask, var, taken, literals = 0, -1, 0, True  # var: the common decision variable, -2 if none
@@ -168,7 +169,7 @@ class CircuitBuilder:
         for c in key:  # one pass: the variables below, and the check's fast path: a decision on one variable
             v = var_of.get(c)
             mask |= self._mask[c] if v is None else 1 << v
-            literals = literals and self._kind[c] == _LIT
+            literals = literals and self._kind[c] == LIT
             if var != -2:
                 h = head_of.get(c, c)
                 v = var_of.get(h)
@@ -180,7 +181,7 @@ class CircuitBuilder:
         if var < 0 and not deterministic:
             self._check_exclusive(key, mask)
         one_var = var if literals and var >= 0 else None  # literals of one variable: an OR of its values
-        return self._make(_OR, key, mask=mask, var=one_var)
+        return self._make(OR, key, mask=mask, var=one_var)
 
     def __len__(self) -> int:
         return len(self._kind)
@@ -205,9 +206,9 @@ class CircuitBuilder:
             if var is not None:  # its bitset 1 << var is made when asked (n of them would cost n^2 bits)
                 self._var[node] = var
                 mask = 0
-                if kind == _OR:
+                if kind == OR:
                     self._allowed[node] = sum(1 << self._payload[c][1] for c in payload)
-            elif mask is None and kind in (_AND, _OR):
+            elif mask is None and kind in (AND, OR):
                 mask = 0
                 for c in payload:
                     mask |= self._vars(c)
@@ -226,15 +227,15 @@ class CircuitBuilder:
         """FALSE for two literals of one variable with different values; else a :class:`CircuitError`."""
         value: dict[int, int] = {}
         for c in kids:
-            if self._kind[c] == _LIT:
+            if self._kind[c] == LIT:
                 v, x = self._payload[c]
                 if value.setdefault(v, x) != x:
                     return FALSE
         owner: dict[int, int] = {}
         for c in kids:
-            for v in _bits(self._vars(c)):
+            for v in bits(self._vars(c)):
                 if v in owner:
-                    shared = _bits(self._vars(owner[v]) & self._vars(c))
+                    shared = bits(self._vars(owner[v]) & self._vars(c))
                     more = f" (and {len(shared) - 1} more)" if len(shared) > 1 else ""
                     raise CircuitError(
                         f"and_: children {owner[v]} and {c} both mention variable {v}{more}: an AND of children "
@@ -247,12 +248,13 @@ class CircuitBuilder:
     def _check_exclusive(self, kids: tuple[int, ...], mask: int) -> None:
         """Raise :class:`CircuitError` unless no two of ``kids`` hold on one assignment (past the fast path
         of :meth:`or_`: children that are, or are ANDs with, literals of one variable with disjoint values)."""
-        if _separated([self._facts(c) for c in kids]):
+        if determinism.separated([determinism.fixed_values(c, self._kind, self._payload, self._var, self._allowed)
+                                  for c in kids]):
             return
-        variables = _bits(mask)
+        variables = bits(mask)
         log_count = len(variables) * math.log2(self.n_values)
         if log_count <= math.log2(self.max_check_assignments):
-            overlap = self._first_overlap(kids, variables)
+            overlap = determinism.first_overlap(kids, variables, self.n_values, self._kind, self._payload)
             if overlap is None:
                 return
             a, b, where = overlap
@@ -266,54 +268,6 @@ class CircuitBuilder:
             f"{self.n_values}^{len(variables)} assignments of its variables is above max_check_assignments="
             f"{self.max_check_assignments}. Build the OR as a decision, raise max_check_assignments, or pass "
             f"deterministic=True if you know no two children hold together")
-
-    def _facts(self, node: int) -> dict[int, int]:
-        """Variables ``node`` fixes, as a bitset of the values it allows: from its literals, its
-        ORs of literals of one variable, and those of the ANDs below it (other ORs fix nothing)."""
-        facts: dict[int, int] = {}
-        stack = [node]
-        while stack:
-            u = stack.pop()
-            kind = self._kind[u]
-            if kind == _LIT:
-                facts[self._payload[u][0]] = 1 << self._payload[u][1]
-            elif kind == _AND:
-                stack.extend(self._payload[u])
-            elif kind == _OR and u in self._var:
-                facts[self._var[u]] = self._allowed[u]
-        return facts
-
-    def _first_overlap(self, kids: tuple[int, ...], variables: list[int]) -> tuple[int, int, str] | None:
-        """Two children and an assignment of ``variables`` (all they mention) on which both hold, or None."""
-        grid = np.array(list(itertools.product(range(self.n_values), repeat=len(variables))), dtype=np.int64)
-        grid = grid.reshape(-1, len(variables))
-        column = {v: j for j, v in enumerate(variables)}
-        truth: dict[int, np.ndarray] = {}
-        stack = list(kids)
-        while stack:  # post-order over the nodes below kids
-            u = stack[-1]
-            if u in truth:
-                stack.pop()
-                continue
-            kind = self._kind[u]
-            if kind == _CONST:
-                truth[u] = np.full(len(grid), u == TRUE)
-            elif kind == _LIT:
-                truth[u] = grid[:, column[self._payload[u][0]]] == self._payload[u][1]
-            else:
-                todo = [c for c in self._payload[u] if c not in truth]
-                if todo:
-                    stack.extend(todo)
-                    continue
-                reduce = np.logical_and.reduce if kind == _AND else np.logical_or.reduce
-                truth[u] = reduce([truth[c] for c in self._payload[u]])
-            stack.pop()
-        held = np.stack([truth[c] for c in kids])  # (children, assignments)
-        both = np.flatnonzero(held.sum(0) > 1)
-        if not len(both):
-            return None
-        a, b = (kids[i] for i in np.flatnonzero(held[:, both[0]])[:2])
-        return a, b, ", ".join(f"X{v}={int(x)}" for v, x in zip(variables, grid[both[0]]))
 
     # -- freezing -----------------------------------------------------------------
     def build(self, roots: Sequence[int] | int) -> "Dag":
@@ -331,31 +285,31 @@ def _smooth_and_freeze(b: CircuitBuilder, roots: list[int]) -> "Dag":
 
     def anyv(v: int) -> int:
         if v not in any_node:
-            any_node[v] = b._make(_OR, tuple(b.literal(v, c) for c in range(b.n_values)), var=v)
+            any_node[v] = b._make(OR, tuple(b.literal(v, c) for c in range(b.n_values)), var=v)
         return any_node[v]
 
     def pad(child: int, missing: int) -> int:
         if not missing:
             return child
-        extra = [anyv(v) for v in _bits(missing)]
+        extra = [anyv(v) for v in bits(missing)]
         if child == TRUE:
             kids = extra
-        elif b._kind[child] == _AND:  # flatten: AND(AND(p, s), any) = AND(p, s, any)
+        elif b._kind[child] == AND:  # flatten: AND(AND(p, s), any) = AND(p, s, any)
             kids = [*b._payload[child], *extra]
         else:
             kids = [child, *extra]
-        return kids[0] if len(kids) == 1 else b._make(_AND, tuple(sorted(set(kids))), mask=b._vars(child) | missing)
+        return kids[0] if len(kids) == 1 else b._make(AND, tuple(sorted(set(kids))), mask=b._vars(child) | missing)
 
     # smooth OR nodes bottom-up (children of smoothed nodes keep their variable sets)
     smoothed: dict[int, int] = {}
     order = _topological(b, roots)
     for u in order:
         kind = b._kind[u]
-        if kind in (_CONST, _LIT):
+        if kind in (CONST, LIT):
             smoothed[u] = u
             continue
         kids = [smoothed[c] for c in b._payload[u]]
-        if kind == _OR:
+        if kind == OR:
             full = b._vars(u)
             kids = [pad(c, full & ~b._vars(c)) for c in kids]
         smoothed[u] = b._make(kind, tuple(sorted(set(kids))), mask=b._vars(u)) if len(set(kids)) > 1 else kids[0]
@@ -380,7 +334,7 @@ def _topological(b: CircuitBuilder, roots: list[int]) -> list[int]:
                 continue
             seen.add(u)
             stack.append((u, True))
-            if b._kind[u] in (_AND, _OR):
+            if b._kind[u] in (AND, OR):
                 stack.extend((c, False) for c in b._payload[u] if c not in seen)
     return order
 
@@ -397,9 +351,9 @@ def _freeze(b: CircuitBuilder, roots: list[int]) -> Dag:
     kids: list[int] = []
     for i, u in enumerate(order):
         k = b._kind[u]
-        if k == _LIT:
+        if k == LIT:
             var[i], value[i] = b._payload[u]
-        elif k == _CONST:
+        elif k == CONST:
             value[i] = b._payload[u][0]
         else:
             kids.extend(pos[c] for c in b._payload[u])

@@ -33,7 +33,7 @@ from typing import Iterable, Sequence
 
 from .errors import check_int
 
-__all__ = ["Formula", "Var", "Const", "And", "Or", "Not", "implies", "iff", "true", "false", "variables",
+__all__ = ["Formula", "Var", "Const", "Op", "And", "Or", "Not", "implies", "iff", "true", "false", "variables",
            "dag_key"]
 
 _NODES: "weakref.WeakValueDictionary[tuple, Formula]" = weakref.WeakValueDictionary()
@@ -166,12 +166,12 @@ true = Const(True)
 false = Const(False)
 
 
-class _Op(Formula):
+class Op(Formula):
     """An n-ary connective node: ``op`` in {"and", "or", "not"}."""
 
     __slots__ = ("op", "args", "_max")
 
-    def __new__(cls, op: str, args: tuple[Formula, ...]) -> "_Op":
+    def __new__(cls, op: str, args: tuple[Formula, ...]) -> "Op":
         args = tuple(args)
         return _interned(cls, (op, *map(id, args)),  # children are unique nodes: their ids name them
                          {"op": op, "args": args, "_max": max((a.max_var() for a in args), default=-1)})
@@ -180,7 +180,7 @@ class _Op(Formula):
         return self._max
 
     def __reduce__(self):
-        return (_Op, (self.op, self.args))
+        return (Op, (self.op, self.args))
 
     def __repr__(self) -> str:
         """The expanded formula, cut after ``_REPR_LIMIT`` characters (a DAG can be exponentially long)."""
@@ -189,10 +189,10 @@ class _Op(Formula):
         stack: list[Formula | str] = [self]
         while stack and size <= _REPR_LIMIT:
             item = stack.pop()
-            if isinstance(item, _Op) and item.op == "not":
+            if isinstance(item, Op) and item.op == "not":
                 stack.append(item.args[0])
                 item = "~"
-            elif isinstance(item, _Op):
+            elif isinstance(item, Op):
                 sep = " & " if item.op == "and" else " | "
                 stack.append(")")
                 for i, a in enumerate(reversed(item.args)):  # popped as: a0, sep, a1, ..., ")"
@@ -240,7 +240,7 @@ def _post_order(roots: Iterable[Formula]) -> list[Formula]:
                 continue
             seen.add(f)
             stack.append((f, True))
-            if isinstance(f, _Op):
+            if isinstance(f, Op):
                 stack.extend((a, False) for a in reversed(f.args) if a not in seen)
     return order
 
@@ -250,9 +250,9 @@ def Not(f: Formula) -> Formula:
     f = _check_formula(f, "Not")
     if isinstance(f, Const):
         return false if f.value else true
-    if isinstance(f, _Op) and f.op == "not":
+    if isinstance(f, Op) and f.op == "not":
         return f.args[0]
-    return _Op("not", (f,))
+    return Op("not", (f,))
 
 
 def And(*fs: Formula) -> Formula:
@@ -289,12 +289,12 @@ def _nary(op: str, fs: Iterable[object]) -> Formula:
             return absorbing
         if f == neutral:
             continue
-        args.extend(f.args if isinstance(f, _Op) and f.op == op else (f,))
+        args.extend(f.args if isinstance(f, Op) and f.op == op else (f,))
     if not args:
         return neutral
     if len(args) == 1:
         return args[0]
-    return _Op(op, tuple(args))
+    return Op(op, tuple(args))
 
 
 def _check_formula(f: object, where: str) -> Formula:

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from .dag import Dag
 from .errors import DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, check_int, check_limit, check_vars
-from .formula import Const, Formula, Var, _Op
+from .formula import Const, Formula, Var, Op
 from .sdd import dag_from_pysdd
 
 __all__ = ["VTREE_TYPES", "compile_with_pysdd"]
@@ -65,7 +65,7 @@ def compile_with_pysdd(formulas: Sequence[Formula], n_vars: int, *, vtree: str =
             if f in memo:
                 stack.pop()
                 continue
-            if isinstance(f, _Op):
+            if isinstance(f, Op):
                 todo = [a for a in f.args if a not in memo]
                 if todo:
                     stack.extend(todo)

@@ -47,13 +47,13 @@ import numpy as np
 
 from .dag import Dag
 from .errors import DEFAULT_MAX_NODES, UnsatisfiableError, check_int, check_limit
+from .nodes import AND, CONST, LIT, OR
 
 __all__ = ["grid_edges", "is_simple_path", "normalized_bound", "simple_path_dag", "Edge"]
 
 Edge = tuple[tuple[int, int], tuple[int, int]]
 _DEG2 = -1
 _DONE = (-2,)  # the state after s and t have been joined (never a mate tuple: mates are >= -1)
-_LIT, _AND, _OR, _CONST = 0, 1, 2, 3
 
 
 def _check_grid(rows: object, cols: object) -> tuple[int, int]:
@@ -398,7 +398,7 @@ def _to_dag(n_vars: int, his: list[np.ndarray], los: list[np.ndarray]) -> Dag:
     is TRUE), then one OR per node with two live children (a node with one is that AND).
     """
     n_lit = 2 * n_vars
-    kinds = [np.array([_CONST, _CONST], np.int8), np.full(n_lit, _LIT, np.int8)]
+    kinds = [np.array([CONST, CONST], np.int8), np.full(n_lit, LIT, np.int8)]
     var = [np.zeros(2, np.int64), np.repeat(np.arange(n_vars), 2)]
     value = [np.array([0, 1]), np.tile(np.arange(2), n_vars)]
     children: list[np.ndarray] = []  # (count, 2) per block of inner nodes
@@ -414,14 +414,14 @@ def _to_dag(n_vars: int, his: list[np.ndarray], los: list[np.ndarray]) -> Dag:
             and_ids[kids != 1] = n_nodes + np.arange(len(made))
             n_nodes += len(made)
             children.append(np.stack([np.full(len(made), lit), made], 1))
-            kinds.append(np.full(len(made), _AND, np.int8))
+            kinds.append(np.full(len(made), AND, np.int8))
             where = np.searchsorted(kids, ids[np.maximum(child, 0)]).clip(max=max(len(kids) - 1, 0))
             node_ids.append(np.where(child >= 0, and_ids[where] if len(kids) else -1, -1))
         a_hi, a_lo = node_ids
         both = (a_hi >= 0) & (a_lo >= 0)
         n_or = int(both.sum())
         children.append(np.stack([a_hi[both], a_lo[both]], 1))
-        kinds.append(np.full(n_or, _OR, np.int8))
+        kinds.append(np.full(n_or, OR, np.int8))
         ids = np.where(a_hi >= 0, a_hi, a_lo)
         ids[both] = n_nodes + np.arange(n_or)
         n_nodes += n_or
