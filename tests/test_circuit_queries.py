@@ -193,10 +193,14 @@ def test_several_roots_need_root():
     for query in (circuit.mpe, circuit.marginals, circuit.sample):
         with pytest.raises(ValueError, match=r"3 roots: pass root=r \(0 <= r < 3\)"):
             query(x)
-        with pytest.raises(ValueError, match="root must be an int in 0..2, got 3"):
+        with pytest.raises(ValueError, match=r"root must be an int in 0..2 \(a root of the circuit\), got 3"):
             query(x, root=3)
-        with pytest.raises(ValueError, match="root must be an int"):
+        with pytest.raises(ValueError, match="root must be >= 0, got -1"):  # not the last root, counted from the end
+            query(x, root=-1)
+        with pytest.raises(TypeError, match="root must be an int, got the bool True"):
             query(x, root=True)
+        query(x, root=np.int64(2))  # NumPy and 0-d tensor ints are ints (check_int)
+        query(x, root=torch.tensor(1))
 
 
 def test_no_model_gives_sentinels_not_an_assignment():
@@ -235,9 +239,14 @@ def test_query_arguments_are_checked():
         circuit.marginals(x, torch.ones(2, 3, 3))
     with pytest.raises(ValueError, match=r"allowed must have shape \(B, n, k\) = \(2, 3, 3\)"):
         circuit.sample(x, allowed=torch.ones(2, 3, 2, dtype=torch.bool))
-    for bad in (0, -1, 2.0, True):
-        with pytest.raises(ValueError, match="num_samples must be an int >= 1"):
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="num_samples must be >= 1"):
             circuit.sample(x, bad)
+    for bad in (2.0, True, np.bool_(True), "2"):
+        with pytest.raises(TypeError, match="num_samples must be an int"):
+            circuit.sample(x, bad)
+    assert circuit.sample(x, np.int64(3)).values.shape == (3, 2, 3)  # NumPy and 0-d tensor ints are ints
+    assert circuit.sample(x, torch.tensor(2)).values.shape == (2, 2, 3)
     with pytest.raises(ValueError, match="generator must be a torch.Generator on cpu"):
         circuit.sample(x, generator=np.random.default_rng(0))
     with pytest.raises(ValueError, match="NaN"):

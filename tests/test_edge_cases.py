@@ -3,8 +3,10 @@ low precision, foreign files and oversized compilations each give a correct resu
 
 from __future__ import annotations
 
+import math
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -118,3 +120,84 @@ def test_oversized_all_different_is_refused_at_once():
     assert small.n_vars == 3
     with pytest.raises(ValueError, match="max_edges=11"):
         pseudosl.constraints.compile_all_different(3, 3, range(3), max_edges=11)
+
+
+# -- the second probe campaign (issue 29): each class of defect it found, now a named error -----------------
+def test_automaton_words_are_checked_values():
+    """A negative value indexed the table from its end (a silent wrong state); one too large raised IndexError."""
+    from pseudosl.logic.automaton import DFA, SparseDFA
+    sparse = SparseDFA(2, 2, 0, {0}, default=[0, 1], exceptions=[(1, 1, 0), (1, 0, 1)])  # an even number of 1s
+    for dfa in (sparse, DFA(2, 2, 0, {0}, sparse.to_dense().delta)):
+        assert dfa.accepts([1, 1]) and not dfa.accepts([1, 0])
+        with pytest.raises(ValueError, match="word\\[0\\] must be >= 0, got -1"):
+            dfa.run([-1])
+        with pytest.raises(ValueError, match="outside the automaton's values 0..1"):
+            dfa.accepts([0, 2])
+        with pytest.raises(TypeError, match="word\\[0\\] must be an int, got the bool True"):
+            dfa.accepts([True])
+    with pytest.raises(ValueError, match="values holds 5, outside 0..1"):
+        sparse.step(0, 5)
+    with pytest.raises(ValueError, match="states holds -1, outside 0..1"):
+        sparse.step(-1, 0)
+    assert sparse.step([0, 1], [1, 1]).tolist() == [1, 0]
+
+
+def test_value_map_refuses_ids_outside_the_vocabulary():
+    vm = pseudosl.ValueMap([3, 1], 5)
+    assert vm.to_values(torch.tensor([[1, 3, 4]])).tolist() == [[1, 0, 2]]
+    for bad in (torch.tensor([5]), torch.tensor([-1])):  # -1 read the last token's value before
+        with pytest.raises(ValueError, match="token_ids must hold token ids in 0..4"):
+            vm.to_values(bad)
+    with pytest.raises(TypeError, match="token_ids must be an integer tensor"):
+        vm.to_values(torch.tensor([1.0]))
+
+
+def test_decoder_and_engine_arguments_are_checked():
+    with pytest.raises(ValueError, match="hidden_size must be >= 1, got 0"):  # was torch's own message
+        pseudosl.RecurrentDecoder(n_values=3, length=3, hidden_size=0)
+    with pytest.raises(TypeError, match="num_layers must be an int"):
+        pseudosl.RecurrentDecoder(n_values=3, length=3, hidden_size=4, num_layers=1.0)
+    dec = pseudosl.RecurrentDecoder(n_values=3, length=4, hidden_size=4)
+    with pytest.raises(MemoryError, match="a sample of 1,000,000,000,000 rows needs about"):  # was an allocator error
+        dec.sample(batch_size=10**12)
+    with pytest.raises(MemoryError, match="a sample of 1,000,000,000,000 rows of 4 values"):
+        pseudosl.as_engine(dec).sample(batch_size=10**12)
+    fixed = torch.tensor([[-1, 2, -1, 0]])
+    assert dec.sample(batch_size=1, fixed=fixed)[0, [1, 3]].tolist() == [2, 0]
+    with pytest.raises(ValueError, match="fixed must hold -1 \\(free\\) or values 0..2; got range -1..3"):
+        dec.sample(batch_size=1, fixed=torch.tensor([[-1, 3, 0, 0]]))
+    with pytest.raises(ValueError, match="fixed must be a long tensor of shape \\(1, 4\\)"):
+        dec.sample(batch_size=1, fixed=fixed[:, :3])
+    lstm = torch.nn.ModuleDict(dict(embed=torch.nn.Embedding(4, 8), rnn=torch.nn.LSTM(8, 8, batch_first=True),
+                                    head=torch.nn.Linear(8, 3)))
+    with pytest.raises(ValueError, match="start=4 is not an id of embed, an nn.Embedding of 4 ids"):
+        pseudosl.as_engine(lstm, rnn=lstm["rnn"], embed=lstm["embed"], head=lstm["head"], start=4, length=3)
+
+
+def test_neighbour_and_sampling_arguments_are_checked():
+    from pseudosl.psl import local_conditionals, local_fidelity, neighbours, sample_from_logits
+    y = torch.tensor([[0, 1]])
+    assert neighbours(y, torch.tensor([[0, 1], [0, 1]]))[0, 1].tolist() == [[0, 0], [0, 1]]
+    with pytest.raises(TypeError, match="candidates must be a long tensor"):  # float sequences came back before
+        neighbours(y, torch.tensor([[0.0, 1.0], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="n_values must be >= 1, got 0"):  # was "must lie in 0..-1"
+        local_conditionals(lambda s, e: torch.zeros(len(s)), y, n_values=0)
+    with pytest.raises(TypeError, match="chunk_size must be an int, got float 2.5"):
+        local_conditionals(lambda s, e: torch.zeros(len(s)), y, n_values=2, chunk_size=2.5)
+    out = local_conditionals(lambda s, e: torch.zeros(len(s)), y, n_values=2, chunk_size=np.int64(1))
+    assert torch.allclose(out.exp(), torch.full((1, 2, 2), 0.5))  # a NumPy int is an int
+    for t in (math.inf, math.nan, 0.0):  # inf turned a -inf logit into NaN (-inf / inf)
+        with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+            sample_from_logits(torch.tensor([[0.0, -math.inf]]), temperature=t)
+    dec = pseudosl.RecurrentDecoder(n_values=2, length=2, hidden_size=4)
+    with pytest.raises(TypeError, match="exact must be True, False or None"):  # "yes" ran as exact=True
+        local_fidelity(pseudosl.as_engine(dec), y, exact="yes")
+
+
+def test_validate_inputs_takes_a_bool_or_none():
+    c = permutation_circuit(2)
+    for bad in ("no", 0, 1):  # a truthy string turned the checks on
+        with pytest.raises(TypeError, match="validate_inputs must be True, False or None"):
+            c.validate_inputs = bad
+    c.validate_inputs = False
+    assert c.validate_inputs is False and not c.validates(torch.zeros(1, 2, 2))

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -64,6 +65,24 @@ def test_bad_flags_fail_before_any_data_is_made(tmp_path, capsys, flags, message
     err = capsys.readouterr().err
     assert "pseudosl: error:" in err and pytest.importorskip("re").search(message, err), err
     assert not data.exists() and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("flags", [["--epochs", "\u0663"], ["--epochs", "1_0"], ["--seeds", "0", "\u0661"],
+                                   ["--jobs", "+1"]])
+def test_int_flags_take_ascii_digits_only(tmp_path, capsys, flags):
+    """``int()`` reads Arabic-Indic digits and ``1_0``: argparse then ran 3 epochs for ``--epochs \u0663``."""
+    with pytest.raises(SystemExit) as e:
+        cli_main(["sudoku", "train", "--quick", "--data-dir", str(tmp_path / "d"), "--out", str(tmp_path / "o"), *flags])
+    assert e.value.code == 2
+    assert f"argument {flags[0]}: invalid int value: {flags[-1]!r}" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_numpy_ints_are_config_ints():
+    cfg = load_config(SudokuConfig, preset_path("quick"), epochs=np.int64(2))
+    assert cfg.epochs == 2 and type(cfg.epochs) is int
+    with pytest.raises(ConfigError, match="epochs = np.float64\\(2.0\\): expected an integer"):
+        load_config(SudokuConfig, preset_path("quick"), epochs=np.float64(2))
 
 
 def test_presets_get_their_own_folders(monkeypatch, tmp_path):

@@ -242,8 +242,10 @@ def test_decoder_rows_appear_in_tables_and_through_eval(tmp_path, capsys):
     cli(["sudoku", "eval", "--out", str(plain), "--decoders", "resample", "--resample-candidates", "3"])
     printed = capsys.readouterr().out
     assert "RNN + resample 3" in printed and "resample 16" not in printed  # K set at eval time, labelled so
-    with pytest.raises(ValueError, match="resample_candidates = 0: give a positive number"):
+    with pytest.raises(ValueError, match=r"resample_candidates must be >= 1, got 0 \(a number of candidates K\)"):
         evaluate_checkpoints(SudokuExperiment(), plain, ["resample"], resample_candidates=0)
+    with pytest.raises(TypeError, match="resample_candidates must be an int, got the bool True"):
+        evaluate_checkpoints(SudokuExperiment(), plain, ["resample"], resample_candidates=True)
 
 
 def test_same_seed_same_output_on_puzzles_with_several_completions(tmp_path):

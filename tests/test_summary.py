@@ -24,8 +24,12 @@ def test_t_quantile_matches_tables(df, q):
 
 
 def test_t_quantile_refuses_bad_arguments():
-    with pytest.raises(ValueError, match="df = 0"):
+    with pytest.raises(ValueError, match="df must be >= 1, got 0"):
         student_t_quantile(0.975, 0)
+    for bad in (2.0, True):  # the one int check: no bools, no floats
+        with pytest.raises(TypeError, match="df must be an int"):
+            student_t_quantile(0.975, bad)
+    assert student_t_quantile(0.975, np.int64(3)) == student_t_quantile(0.975, 3)
     with pytest.raises(ValueError, match="p = 1"):
         student_t_quantile(1, 3)
 

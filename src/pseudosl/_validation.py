@@ -43,3 +43,14 @@ def check_device(name: str, t: Tensor, device: torch.device) -> None:
     if t.device != device:
         raise ValueError(f"{name} is on {t.device} but the circuit is on {device}: move one to the other "
                          f"({name}.to({str(device)!r}) or circuit.to({name}.device))")
+
+
+def check_ids(name: str, ids: Tensor, size: int, what: str = "ids") -> None:
+    """Refuse ``ids`` (any shape) unless an integer tensor whose values (read where :func:`reads_values`) lie in
+    ``0 .. size-1``: as an index a negative id would count from the end and a large one fail deep inside torch."""
+    if not isinstance(ids, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of {what}, got {type(ids).__name__}")
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor of {what}, got dtype {ids.dtype}")
+    if ids.numel() and reads_values(ids) and bool((ids < 0).any() | (ids >= size).any()):
+        raise ValueError(f"{name} must hold {what} in 0..{size - 1}; got range {int(ids.min())}..{int(ids.max())}")

@@ -78,14 +78,14 @@ import torch
 from torch import Tensor, nn
 
 from . import _validation, inputs, memory, semirings, torchcompile
-from .inputs import apply_allowed
+from .inputs import apply_allowed, check_root
 from .logic.dag import Dag, LayerPlan
-from .logic.errors import DEFAULT_MAX_VARS
+from .logic.errors import DEFAULT_MAX_VARS, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from pysdd.sdd import SddNode
 
-__all__ = ["Circuit", "MPE", "Samples", "apply_allowed"]
+__all__ = ["Circuit", "MPE", "Samples", "apply_allowed", "check_root"]
 
 
 class MPE(NamedTuple):
@@ -124,9 +124,21 @@ class Circuit(nn.Module):
         tensor([0.5000])
     """
 
-    validate_inputs: bool | None = None
-    """Value checks on inputs: ``None`` (default) = on CPU tensors in eager mode only (they would
-    synchronise a GPU with the host and break CUDA-graph capture), ``True`` = always, ``False`` = never."""
+    _validate_inputs: bool | None = None
+
+    @property
+    def validate_inputs(self) -> bool | None:
+        """Value checks on inputs: ``None`` (default) = on CPU tensors in eager mode only (they would
+        synchronise a GPU with the host and break CUDA-graph capture), ``True`` = always, ``False`` = never.
+        Anything else (``"no"``, ``0``) is refused when assigned: a truthy string would turn the checks on."""
+        return self._validate_inputs
+
+    @validate_inputs.setter
+    def validate_inputs(self, value: bool | None) -> None:
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"validate_inputs must be True, False or None (the default: on CPU tensors in eager "
+                            f"mode), got {type(value).__name__} {value!r}")
+        self._validate_inputs = value
 
     _chunk_bytes: int | None = None
 
@@ -366,9 +378,7 @@ class Circuit(nn.Module):
                 raise ValueError(f"this circuit has {self.n_roots} roots: pass root=r (0 <= r < {self.n_roots}) to "
                                  "choose the constraint (for their conjunction, compile the conjunction)")
             root = 0
-        if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < self.n_roots:
-            raise ValueError(f"root must be an int in 0..{self.n_roots - 1}, got {root!r}")
-        return self._root_slots[root]
+        return self._root_slots[check_root(root, self.n_roots)]
 
     def _check_query(self, x: Tensor, allowed: Tensor | None) -> None:
         self._check_shape(x)
@@ -444,8 +454,7 @@ class Circuit(nn.Module):
             Exact up to the floating-point precision of ``x`` (one uniform draw per node and sample).
         """
         self._check_query(x, allowed)
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
+        num_samples = check_int("num_samples", num_samples, 1)
         if generator is not None and (not isinstance(generator, torch.Generator)
                                       or generator.device.type != x.device.type):
             raise ValueError(f"generator must be a torch.Generator on {x.device.type} (where x is), got "

@@ -19,6 +19,7 @@ import typing
 from pathlib import Path
 
 from .errors import user_message
+from .logic.errors import parse_int_token
 from .experiments.registry import EXPERIMENTS, experiment
 
 __all__ = ["main", "build_parser", "add_config_flags"]
@@ -26,13 +27,23 @@ __all__ = ["main", "build_parser", "add_config_flags"]
 _NOT_FLAGS = {"preset"}  # set by --preset/--quick
 
 
+def int_flag(text: str) -> int:
+    """An int flag's value, read strictly (:func:`~pseudosl.logic.errors.parse_int_token`): ASCII digits after an
+    optional ``-``; not ``3_0``, ``+3``, `` 3`` or other Unicode digits such as ``\u0663``, which ``int()`` takes."""
+    return parse_int_token(text, "", ValueError, negative=True)
+
+
+int_flag.__name__ = "int"  # argparse's message: "invalid int value: '...'"
+
+
 def _flag_type(t: typing.Any) -> tuple[typing.Any, bool]:
-    """(element type, is_list) of a config annotation, ``X | None`` unwrapped."""
+    """(element type, is_list) of a config annotation, ``X | None`` unwrapped; ints read by :func:`int_flag`."""
     if typing.get_origin(t) in (typing.Union, types.UnionType):
         t = next(a for a in typing.get_args(t) if a is not type(None))
     if typing.get_origin(t) is list:
-        return typing.get_args(t)[0], True
-    return t, False
+        item = typing.get_args(t)[0]
+        return (int_flag if item is int else item), True
+    return (int_flag if t is int else t), False
 
 
 def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> list[str]:
@@ -84,7 +95,7 @@ def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
                    help="extra test-time decoders, a row each (default: those the runs were trained with)"
                         + (f"; known: {', '.join(exp.decoders)}" if exp.decoders else "; this experiment has none yet"))
     if hasattr(exp.config_class, "resample_candidates"):
-        e.add_argument("--resample-candidates", type=int, metavar="K",
+        e.add_argument("--resample-candidates", type=int_flag, metavar="K",
                        help="candidates K of the resample decoder (default: each run's resample_candidates)")
     e.set_defaults(func=_eval, experiment_name=name)
 
@@ -159,13 +170,13 @@ def _add_fidelity(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--checkpoint", type=Path, help="a harness checkpoint of an autoregressive model, e.g. "
                                                      "runs/sudoku/<run>/rnn-seed0/checkpoint.pt")
     src.add_argument("--hf-model", help="a Hugging Face causal LM: hub name or local folder (from_pretrained)")
-    p.add_argument("--length", type=int, help="--hf-model: tokens per window (default 10)")
+    p.add_argument("--length", type=int_flag, help="--hf-model: tokens per window (default 10)")
     p.add_argument("--text", type=Path, help="--hf-model: take the windows from this text file instead of sampling")
-    p.add_argument("--n-examples", type=int, default=8, help="anchors (default 8)")
-    p.add_argument("--n-mc", type=int, default=1000, help="Monte-Carlo draws per anchor (default 1000)")
+    p.add_argument("--n-examples", type=int_flag, default=8, help="anchors (default 8)")
+    p.add_argument("--n-mc", type=int_flag, default=1000, help="Monte-Carlo draws per anchor (default 1000)")
     p.add_argument("--method", choices=["auto", "exact", "mc"], default="auto",
                    help="auto (default): exact enumeration iff k^n <= 16384, else Monte-Carlo")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_flag, default=0)
     p.add_argument("--device", help="torch device (default cuda when available, else cpu)")
     p.add_argument("--out", type=Path, default=Path("runs/fidelity"),
                    help="folder for fidelity.json and fidelity_positions.png (replaced; default runs/fidelity)")

@@ -10,9 +10,10 @@ from torch import Tensor
 
 from . import _validation
 from ._validation import require
+from .logic.errors import check_int
 from .numerics import log1mexp
 
-__all__ = ["check_shape", "categorical", "check_allowed", "apply_allowed"]
+__all__ = ["check_shape", "categorical", "check_allowed", "check_root", "apply_allowed"]
 
 
 def check_shape(x: Tensor, n: int, k: int, device: torch.device) -> bool:
@@ -55,6 +56,14 @@ def check_allowed(allowed: object, shape: tuple[int, int, int], device: torch.de
     _validation.check_device("allowed", allowed, device)
     if allowed.shape != shape:
         raise ValueError(f"allowed must have shape (B, n, k) = {shape}, got {tuple(allowed.shape)}")
+
+
+def check_root(root: object, n_roots: int) -> int:
+    """``root`` as the index of one of ``n_roots`` roots (:func:`~pseudosl.logic.errors.check_int`, then the range)."""
+    root = check_int("root", root, 0)
+    if root >= n_roots:
+        raise ValueError(f"root must be an int in 0..{n_roots - 1} (a root of the circuit), got {root}")
+    return root
 
 
 def apply_allowed(log_probs: Tensor, allowed: Tensor | None) -> Tensor:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import tomllib
 
 from ..errors import PseudoslError
+from ..logic.errors import check_int
 
 __all__ = ["RunConfig", "ConfigError", "spec", "load_config", "preset_path", "RUN_FREE_FIELDS", "split_model",
            "model_variant", "check_device", "usable_cpus", "check_parallelism", "available_memory", "check_memory",
@@ -228,8 +229,10 @@ def _coerce(value: Any, t: Any, name: str) -> Any:
             raise ConfigError(f"{name} = {value!r}: expected true or false")
         return value
     if t is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{name} = {value!r}: expected an integer")
+        try:
+            value = check_int(name, value)
+        except TypeError:
+            raise ConfigError(f"{name} = {value!r}: expected an integer") from None
         if not -2**63 <= value < 2**63:  # torch and numpy sizes are int64
             raise ConfigError(f"{name} = {value!r}: too large (at most 2**63 - 1)")
         return value

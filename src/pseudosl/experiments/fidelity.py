@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..logic.errors import check_int
 from ..psl import CausalLMEngine, Fidelity, local_fidelity
 from .runs import atomic_path, make_folder
 
@@ -74,8 +75,7 @@ def hf_inputs(name: str, length: int, n_examples: int, device: str, text: str | 
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
         raise ValueError("--hf-model needs transformers: pip install 'pseudosl[lm]'") from None
-    if not isinstance(length, int) or length < 1:
-        raise ValueError(f"--length must be a positive number of tokens, got {length!r}")
+    length = check_int("--length", length, 1, " (tokens per window)")
     try:
         model = AutoModelForCausalLM.from_pretrained(name).to(device).eval()
     except OSError as e:  # not a local folder, and not on the hub (or offline)

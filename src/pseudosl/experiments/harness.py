@@ -54,6 +54,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm.auto import tqdm
 
 from ..errors import PseudoslError, RunFolderError, StorageError
+from ..logic.errors import check_int
 from .checkpoints import CheckpointError, check_continuable, load_checkpoint, load_weights, save_checkpoint
 from .config import ConfigError, RunConfig, model_variant, split_model
 from .runs import (LOCK, MANIFEST, atomic_path, check_identity, check_manifest, check_out_folder, run_dirs,
@@ -531,8 +532,7 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
     if resample_candidates is not None:
         if not hasattr(exp.config_class, "resample_candidates"):
             raise ValueError(f"resample_candidates = {resample_candidates}: {exp.name} has no resample decoder")
-        if isinstance(resample_candidates, bool) or not isinstance(resample_candidates, int) or resample_candidates < 1:
-            raise ValueError(f"resample_candidates = {resample_candidates!r}: give a positive number of candidates K")
+        resample_candidates = check_int("resample_candidates", resample_candidates, 1, " (a number of candidates K)")
     accelerator = make_accelerator()
     paths = sorted(Path(out).rglob("checkpoint.pt"))
     if not paths:

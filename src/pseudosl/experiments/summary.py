@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..logic.errors import check_int
 from .config import RunConfig, split_model
 
 __all__ = ["summarize", "paired_comparisons", "student_t_quantile", "verdict", "selection_score",
@@ -105,8 +106,7 @@ def student_t_quantile(p: float, df: int) -> float:
     from scipy.stats import t
     if not 0 < p < 1:
         raise ValueError(f"p = {p!r}: expected a probability strictly between 0 and 1")
-    if not isinstance(df, int) or df < 1:
-        raise ValueError(f"df = {df!r}: expected an integer >= 1 (degrees of freedom)")
+    df = check_int("df", df, 1, " (degrees of freedom)")
     return float(t.ppf(p, df))
 
 

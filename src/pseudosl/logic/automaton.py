@@ -117,9 +117,9 @@ class DFA:
         return cls(n_states, n_values, start, accepting, delta)  # type: ignore[arg-type]  (made a frozenset)
 
     def run(self, word: Sequence[int]) -> int:
-        """The state reached after reading ``word`` from ``start``."""
+        """The state reached after reading ``word`` (values ``0 .. n_values-1``) from ``start``."""
         s = self.start
-        for c in word:
+        for c in _word(word, self.n_values):
             s = int(self.delta[s, c])
         return s
 
@@ -237,7 +237,10 @@ class SparseDFA:
 
     def step(self, states: np.ndarray | int, values: np.ndarray | int) -> np.ndarray:
         """Destinations of ``(states, values)`` (broadcast integer arrays; values must lie in ``0 .. n_values-1``)."""
-        states, values = np.broadcast_arrays(np.asarray(states, dtype=np.int64), np.asarray(values, dtype=np.int64))
+        states, values = (_int_array(name, a, (None,) * np.ndim(a)) for name, a in (("states", states), ("values", values)))
+        _in_range("states", states, self.n_states)
+        _in_range("values", values, self.n_values)
+        states, values = np.broadcast_arrays(states, values)
         dest = self.default[self.row_of[states], values]
         if not len(self._keys):
             return dest
@@ -248,7 +251,7 @@ class SparseDFA:
     def run(self, word: Sequence[int]) -> int:
         """The state reached after reading ``word`` from ``start``."""
         s = self.start
-        for c in word:
+        for c in _word(word, self.n_values):
             s = int(self.step(s, c))
         return s
 
@@ -287,6 +290,15 @@ def _states(name: str, states: Iterable[int], n_states: int) -> frozenset[int]:
     if bad:
         raise ValueError(f"{name} state {bad[0]} is out of range 0..{n_states - 1}")
     return out
+
+
+def _word(word: Sequence[int], n_values: int) -> list[int]:
+    """``word``'s values as ints, each checked to lie in ``0 .. n_values-1`` (a negative one would index from the end)."""
+    values = [check_int(f"word[{i}]", c, 0) for i, c in enumerate(word)]
+    bad = [c for c in values if c >= n_values]
+    if bad:
+        raise ValueError(f"word holds value {bad[0]}, outside the automaton's values 0..{n_values - 1}")
+    return values
 
 
 def _int_array(name: str, value: object, shape: tuple[int | None, ...]) -> np.ndarray:

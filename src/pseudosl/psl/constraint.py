@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .. import _validation
 from ..circuit import Circuit
 from ..compile import compile_automaton
 from ..logic.automaton import SparseDFA, forbidden_words_sparse_dfa
@@ -139,7 +140,8 @@ class ValueMap:
         return self._by_class[device]
 
     def to_values(self, token_ids: Tensor) -> Tensor:
-        """Circuit values of token ids (any shape)."""
+        """Circuit values of token ids (any shape; integers in ``0 .. vocab_size-1``)."""
+        _validation.check_ids("token_ids", token_ids, self.vocab_size, "token ids")
         return self.on(token_ids.device)[1][token_ids]
 
     def fold(self, log_scores: Tensor) -> Tensor:

@@ -17,6 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from .. import _validation, memory
 from .engine import trainable_recurrence
 from .neighbours import check_sample
 from .recurrent import RecurrentEngine, RecurrentSteps, State
@@ -40,6 +41,10 @@ class RecurrentDecoder(nn.Module):
                  context_dim: int | None = None, step_dim: int = 0) -> None:
         super().__init__()
         n_values, length = check_count("n_values", n_values, 2), check_count("length", length, 1)
+        hidden_size, num_layers = check_count("hidden_size", hidden_size, 1), check_count("num_layers", num_layers, 1)
+        step_dim = check_count("step_dim", step_dim, 0)
+        context_dim = None if context_dim is None else check_count("context_dim", context_dim, 1,
+                                                                   " (or None for no context)")
         if cell not in ("rnn", "lstm", "gru"):
             raise ValueError(f"cell must be 'rnn', 'lstm' or 'gru', got {cell!r}")
         if cell != "rnn" and nonlinearity != "tanh":
@@ -121,6 +126,11 @@ class RecurrentDecoder(nn.Module):
             batch = check_count("batch_size", batch_size)
         else:
             raise ValueError("pass context, step_inputs or batch_size to fix the number of samples")
+        row_bytes = 8 * self.length + 4 * (self.n_values + 2 * self.num_layers * self.hidden_size)
+        memory.check_fits(f"a sample of {batch:,} rows", batch * row_bytes, self.head.weight.device,
+                          "pass a smaller batch_size", elements=batch * self.length)
+        if fixed is not None:
+            _check_fixed(fixed, batch, self.length, self.n_values)
         state = self.initial_state(context, batch)
         prev = self.head.weight.new_zeros(batch, 1, self.n_values)
         out = []
@@ -180,3 +190,12 @@ def _one_hot(y: Tensor, k: int, dtype: torch.dtype) -> Tensor:
     """``F.one_hot(y, k).to(dtype)`` without its host synchronisation on CPU (it reads ``y.min()`` there);
     an out-of-range value fails in ``scatter_`` (an index error on CPU, a device-side assert on CUDA)."""
     return torch.zeros(*y.shape, k, dtype=dtype, device=y.device).scatter_(-1, y.unsqueeze(-1), 1)
+
+
+def _check_fixed(fixed: Tensor, batch: int, length: int, k: int) -> None:
+    """Refuse ``fixed`` unless a ``(batch, length)`` long tensor of ``-1`` (free) or values ``0 .. k-1``."""
+    if not isinstance(fixed, Tensor) or fixed.dtype != torch.long or tuple(fixed.shape) != (batch, length):
+        got = f"{fixed.dtype} {tuple(fixed.shape)}" if isinstance(fixed, Tensor) else type(fixed).__name__
+        raise ValueError(f"fixed must be a long tensor of shape ({batch}, {length}) (-1 = free, else the value), got {got}")
+    if fixed.numel() and _validation.reads_values(fixed) and bool(((fixed < -1) | (fixed >= k)).any()):
+        raise ValueError(f"fixed must hold -1 (free) or values 0..{k - 1}; got range {int(fixed.min())}..{int(fixed.max())}")

@@ -54,7 +54,7 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from .. import _validation
+from .. import _validation, memory
 from ..circuit import Circuit
 from .constraint import Constraint, ValueMap
 from .neighbours import check_log_joint_output, check_sample, local_conditionals
@@ -140,9 +140,11 @@ class Engine(abc.ABC):
             return torch.zeros(batch, dtype=torch.long, device=device)
         return torch.arange(batch, device=device)
 
-    def draw_ids(self, example: Tensor | None, batch_size: int | None, device: torch.device | str | None) -> Tensor:
+    def draw_ids(self, example: Tensor | None, batch_size: int | None, device: torch.device | str | None,
+                 length: int = 0) -> Tensor:
         """The example of each row to sample: ``example`` as given; else one row per bound example; else
-        ``batch_size`` rows (an unbound engine, or one bound to a single input)."""
+        ``batch_size`` rows (an unbound engine, or one bound to a single input).  ``batch_size`` rows of ``length``
+        values that cannot fit in the free memory are a ``MemoryError`` before anything is allocated."""
         if example is not None:
             if batch_size is not None:
                 raise ValueError("pass example= (the example of each draw) or batch_size=, not both")
@@ -151,6 +153,9 @@ class Engine(abc.ABC):
             return self.check_example(example.to(device), example.shape[0])
         if batch_size is not None:
             batch_size = check_count("batch_size", batch_size)
+            memory.check_fits(f"a sample of {batch_size:,} rows of {length} values", batch_size * (length + 1) * 8,
+                              torch.device(device if device is not None else "cpu"), "pass a smaller batch_size",
+                              elements=batch_size * length)
             if self.n_examples not in (None, 1, batch_size):
                 raise ValueError(f"this engine is bound to {self.n_examples} examples: pass example= (the example "
                                  f"of each draw) or batch_size={self.n_examples}, not batch_size={batch_size}")

@@ -168,12 +168,14 @@ def local_fidelity(engine: Engine, sample: Tensor, *, exact: bool | None = None,
         >>> f.method, f.entropy_model.shape, bool((f.kl_local_model >= 0).all())
         ('exact', torch.Size([2]), True)
     """
+    if exact is not None and not isinstance(exact, bool):
+        raise TypeError(f"exact must be True, False or None (exact iff k**n <= max_exact), got {exact!r}")
     k = _check_engine(engine)
     sample = check_sample(sample, k)
     b, n = sample.shape
     n_mc = check_count("n_mc", n_mc, 2, " (draws per example)")
     if exact is None:
-        exact = k ** n <= max_exact
+        exact = k ** n <= check_count("max_exact", max_exact, 1)
     if exact and k ** n > _EXACT_LIMIT:
         raise ValueError(f"exact=True would enumerate k**n = {k}**{n} sequences per example (limit {_EXACT_LIMIT}); "
                          "use exact=False (Monte-Carlo) or exact=None")

@@ -49,7 +49,7 @@ except ImportError as e:  # pragma: no cover - the [lm] extra is missing
     raise ImportError("pseudosl.ConstraintLogitsProcessor needs transformers: pip install 'pseudosl[lm]'") from e
 
 from .. import _validation
-from ..circuit import Circuit
+from ..circuit import Circuit, check_root
 from ..logic.errors import as_int
 from .automaton_mask import AutomatonMask
 from .constraint import AutomatonConstraint, Constraint
@@ -141,8 +141,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         if circuit.n_roots > 1 and root is None:
             raise ValueError(f"this circuit has {circuit.n_roots} roots: pass root=r (0 <= r < {circuit.n_roots}), or "
                              "compile the conjunction of the constraints into one root")
-        if root is not None and (isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < circuit.n_roots):
-            raise ValueError(f"root must be an int in 0..{circuit.n_roots - 1}, got {root!r}")
+        root = None if root is None else check_root(root, circuit.n_roots)
         log_count = circuit.n_vars * math.log(circuit.n_values)
         if log_count > MAX_LOG_COMPLETIONS:
             raise ValueError(f"a circuit over {circuit.n_vars} positions with {circuit.n_values} values has up to "

@@ -27,6 +27,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from .. import _validation
+from ..logic.errors import check_int
 
 __all__ = ["local_conditionals", "neighbours", "check_sample", "check_positions", "check_candidates",
            "check_log_joint_output", "LogJoint"]
@@ -104,7 +105,9 @@ def check_log_joint_output(out: object, rows: int) -> Tensor:
 def neighbours(sample: Tensor, candidates: Tensor) -> Tensor:
     """All Hamming-distance-1 neighbours: ``(B, n, K, n)`` with ``out[b, i, c] = sample[b]`` but position ``i``
     set to ``candidates[b, i, c]`` (the sample itself appears wherever its own value is a candidate)."""
+    sample = check_sample(sample)
     b, n = sample.shape
+    candidates = check_candidates(candidates, b, n, None, sample.device)
     k = candidates.shape[-1]
     out = sample[:, None, None, :].expand(b, n, k, n).clone()
     eye = torch.eye(n, dtype=torch.bool, device=sample.device)[None, :, None, :].expand(b, n, k, n)
@@ -143,13 +146,13 @@ def local_conditionals(log_joint: LogJoint, sample: Tensor, *, n_values: int | N
         >>> local_conditionals(lj, torch.tensor([[0, 1, 2]]), n_values=3).shape
         torch.Size([1, 3, 3])
     """
+    n_values = None if n_values is None else check_int("n_values", n_values, 1)
     sample = check_sample(sample, n_values if candidates is None else None)
     batch, n = sample.shape
     cand = check_candidates(candidates, batch, n, n_values, sample.device)
     k = cand.shape[-1]
     pos = check_positions(positions, batch, n, sample.device)
-    if chunk_size is not None and (not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1):
-        raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
+    chunk_size = None if chunk_size is None else check_int("chunk_size", chunk_size, 1, " (or None: one call)")
     if batch == 0:
         return torch.zeros(0, n, k, device=sample.device)
     flat = neighbours(sample, cand).reshape(-1, n)  # (B*n*K, n), example-major

@@ -91,6 +91,10 @@ class EmbeddingSteps(RecurrentSteps):
                  length: int | None = None, state: State | None = None) -> None:
         self.module, self.rnn, self.embed, self._head = module, rnn, embed, head
         self.start = check_count("start", start)
+        n_embeddings = getattr(embed, "num_embeddings", None)
+        if n_embeddings is not None and self.start >= n_embeddings:
+            raise ValueError(f"start={self.start} is not an id of embed, an nn.Embedding of {n_embeddings} ids: pass the id "
+                             f"of its start embedding (0..{n_embeddings - 1}), e.g. k for an nn.Embedding(k + 1, d)")
         if n_values is None:
             out = getattr(head, "out_features", None)
             if out is None:
@@ -193,7 +197,7 @@ class RecurrentEngine(Engine):
                generator: torch.Generator | None = None) -> Tensor:
         n = self.sample_length(length)
         device = self.rnn.weight_hh_l0.device
-        example = self.draw_ids(example, batch_size, device)
+        example = self.draw_ids(example, batch_size, device, n)
         rows = example.shape[0]
         out = torch.zeros(rows, 0, dtype=torch.long, device=device)
         if rows == 0:

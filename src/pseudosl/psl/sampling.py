@@ -11,6 +11,8 @@ The pseudo-semantic loss needs one sequence ``y`` per example; it is always used
 
 from __future__ import annotations
 
+import math
+
 from typing import Callable
 
 import torch
@@ -42,8 +44,8 @@ def sample_from_logits(logits: Tensor, *, temperature: float = 1.0, top_p: float
     """
     if greedy:
         return logits.argmax(-1)
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
+    if not 0 < temperature < math.inf:  # also refuses NaN; inf would turn -inf logits into NaN (-inf / inf)
+        raise ValueError(f"temperature must be a finite number > 0 (use greedy=True for argmax), got {temperature}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
     logits = logits.detach().float() / temperature

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ...logic.errors import check_int
 from .scoring import ToxicityScorer
 
 __all__ = ["Prompt", "PromptFormatError", "corpus_prompts", "load_realtoxicityprompts", "split_by_toxicity"]
@@ -117,9 +118,9 @@ def corpus_prompts(texts: Sequence[str], scorer: ToxicityScorer, n: int, *, seed
     """
     if isinstance(texts, str) or not isinstance(texts, Sequence):
         raise TypeError(f"texts must be a list of strings, got {type(texts).__name__}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}")
-    if isinstance(min_words, bool) or not isinstance(min_words, int) or min_words < 1 or max_words < min_words:
+    n, min_words, max_words = (check_int(name, v, 1) for name, v in (("n", n), ("min_words", min_words),
+                                                                      ("max_words", max_words)))
+    if max_words < min_words:
         raise ValueError(f"need 1 <= min_words <= max_words, got min_words={min_words!r}, max_words={max_words!r}")
     if not isinstance(scorer, ToxicityScorer):
         raise TypeError(f"scorer must have a `name` and a `score(texts)` method, got {type(scorer).__name__}")

@@ -35,6 +35,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 import pseudosl
 
 from ...errors import PseudoslError, StorageError
+from ...logic.errors import check_int
 from .constraint import contains_forbidden, forbidden_sequences
 
 __all__ = ["DEFAULT_ENDPOINT", "SCORERS", "LexicalScorer", "PerspectiveError", "PerspectiveScorer",
@@ -101,8 +102,7 @@ class PerspectiveScorer:
                 raise ValueError(f"{arg} must be a positive number, got {value!r}")
         if not isinstance(backoff, (int, float)) or backoff < 0:
             raise ValueError(f"backoff must be a number >= 0 (seconds), got {backoff!r}")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        max_retries = check_int("max_retries", max_retries, 0)
         self.api_key_env, self.endpoint, self.attribute = api_key_env, endpoint, attribute
         self.languages = list(languages)
         self.interval, self.max_retries, self.timeout, self.backoff = 1.0 / qps, max_retries, timeout, backoff

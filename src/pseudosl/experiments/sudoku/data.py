@@ -40,6 +40,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ...errors import StorageError
+from ...logic.errors import check_int
 from ..runs import atomic_path
 
 __all__ = ["SudokuData", "SIZES", "MIN_GIVENS", "box_shape", "board_size", "generate", "augment",
@@ -234,11 +235,10 @@ def generate(n: int, n_missing: int = 10, seed: int = 0, satnet: bool = False, p
         pool: number of backtracking-built base grids the symmetries are applied to.
         size: the board's side, one of :data:`SIZES`.
     """
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    n, pool = check_int("n", n, 1), check_int("pool", pool, 1)
     box_shape(size)  # a named error for a bad size
     most = size * size - MIN_GIVENS[size]
-    if not satnet and not (1 <= n_missing <= most):
+    if not satnet and not (1 <= check_int("n_missing", n_missing) <= most):
         raise ValueError(f"n_missing must be in 1..{most} (a unique {size}x{size} Sudoku needs >= "
                          f"{MIN_GIVENS[size]} givens), got {n_missing!r}")
     if satnet and size != 9:

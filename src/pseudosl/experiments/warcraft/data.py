@@ -47,6 +47,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...errors import StorageError
+from ...logic.errors import check_int
 from .grid import PROGRESS_FROM, shortest_paths
 
 __all__ = ["WarcraftDataError", "WarcraftSplit", "COSTS", "CLASS_NAMES", "N_VARIANTS", "SPLITS", "terrain",
@@ -138,10 +139,7 @@ def render(classes: np.ndarray, rng: np.random.Generator, noise: float = 10.0, c
 def generate(n: int, k: int = 12, seed: int = 0, reject_ties: bool = False) -> tuple[WarcraftSplit, np.ndarray, int]:
     """``n`` maps of a ``k x k`` grid: the split, ``n_paths (n,)`` (number of minimum-cost paths, capped
     at 2) and how many tied maps were redrawn (``reject_ties``; otherwise ties are kept and recorded)."""
-    if not isinstance(k, int) or k < 2:
-        raise ValueError(f"k (the grid size) must be an int >= 2, got {k!r}")
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    k, n = check_int("k", k, 2, " (the grid size)"), check_int("n", n, 1)
     rng = np.random.default_rng(seed)
     classes, paths, counts, rejected, have = [], [], [], 0, 0
     while have < n:
