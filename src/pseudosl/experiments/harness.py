@@ -14,7 +14,7 @@ harness owns everything else, the same for every experiment:
   state), each with the SHA-256 of its bytes, checked before any is used (:mod:`.checkpoints`), and an
   exact ``resume``;
 * model selection: with a validation split, the checkpoint of the best validation score
-  (``Experiment.selection_key``: by default :func:`selection_score`, ``Experiment.metrics`` compared in
+  (:func:`selection_score`, the one rule: ``Experiment.selection_order``, by default its metrics, compared in
   order, so ``metrics[1]`` breaks ties of ``metrics[0]``; higher is better unless the metric is in
   ``Experiment.lower_is_better``; an undefined (NaN) value is the worst; the earlier epoch wins a full
   tie) is the one tested; ``patience`` stops early;
@@ -81,7 +81,7 @@ class Splits:
 class Experiment(abc.ABC, Generic[C]):
     """What an experiment adds to the harness.  Metrics are percentages, higher is better, unless
     ``units`` names another unit (e.g. ``{"cost_ratio": "x"}``), ``lower_is_better`` lists them, or
-    the experiment overrides ``selection_key`` (the validation order).
+    ``selection_order`` (the validation order) says otherwise.
 
     ``baselines`` pairs a constrained model with its base (``{"rnn_psl": "rnn"}``): every table then
     reports their per-seed difference with a 95 % interval and a verdict
@@ -144,13 +144,8 @@ class Experiment(abc.ABC, Generic[C]):
         inputs, the ``(B, n)`` anchors to approximate around, and how the anchors were drawn (one line)."""
         raise ValueError(f"pseudosl fidelity does not support the {self.name} experiment (no autoregressive model)")
 
-    def selection_key(self, val: dict[str, float], cfg: C) -> list[float]:
-        """Validation metrics -> a list compared lexicographically, larger = better (model selection);
-        by default :func:`selection_score` over :meth:`selection_order`."""
-        return selection_score(self, val)
-
     def selection_order(self, cfg: C | None = None) -> list[str]:
-        """The names of the entries of :meth:`selection_key`, in order (for tables: which metric decided)."""
+        """The validation metrics that select a checkpoint, in order (:func:`selection_score`, the one rule)."""
         return list(self.selection_metrics or self.metrics)
 
     def trains(self, name: str, cfg: C) -> bool:
@@ -291,7 +286,7 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
                 if data is not None:
                     record.update({f"{split}_{k}": v for k, v in _evaluate(exp, unwrapped(), data, cfg, accelerator)[0].items()})
             if splits.val is not None:  # model selection and early stopping on the validation split
-                score = exp.selection_key({k[4:]: v for k, v in record.items() if k.startswith("val_")}, cfg)
+                score = selection_score(exp, {k[4:]: v for k, v in record.items() if k.startswith("val_")}, cfg)
                 if state["best"] is None or score > state["best"]:
                     state.update(best=score, best_epoch=epoch + 1, bad_evals=0,
                                  best_model={k: v.detach().cpu().clone() for k, v in unwrapped().state_dict().items()})
@@ -529,7 +524,7 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
     if decoders is not None:
         check_decoders(exp, decoders)
     if resample_candidates is not None:
-        if not hasattr(exp.config_class, "resample_candidates"):
+        if "resample" not in exp.decoders:
             raise ValueError(f"resample_candidates = {resample_candidates}: {exp.name} has no resample decoder")
         if isinstance(resample_candidates, bool) or not isinstance(resample_candidates, int) or resample_candidates < 1:
             raise ValueError(f"resample_candidates = {resample_candidates!r}: give a positive number of candidates K")

@@ -46,8 +46,6 @@ class Experiment(Protocol):
     comparison_metrics: tuple[str, ...]
     decoders: dict[str, str]
 
-    def selection_key(self, val: dict[str, float], cfg: Any) -> list[float]: ...
-
     def selection_order(self, cfg: Any = None) -> list[str]: ...
 
 
@@ -165,12 +163,13 @@ def paired_comparisons(exp: Experiment, runs: list[dict], rows: list[str]) -> li
 
 
 # -- model selection ----------------------------------------------------------------------------------
-def selection_score(exp: Experiment, values: dict[str, float]) -> list[float]:
-    """Validation metrics as a list compared lexicographically, larger = better: ``exp.selection_metrics``
-    (default ``exp.metrics``) in order, so the next breaks the ties of the previous; ``lower_is_better``
-    metrics negated; NaN (undefined) is ``-inf``, the worst."""
+def selection_score(exp: Experiment, values: dict[str, float], cfg: RunConfig | None = None) -> list[float]:
+    """The one model-selection rule of every experiment: validation metrics as a list compared lexicographically,
+    larger = better: ``exp.selection_order(cfg)`` (default ``exp.selection_metrics``, else ``exp.metrics``) in
+    order, so the next breaks the ties of the previous; ``lower_is_better`` metrics negated; NaN (undefined) is
+    ``-inf``, the worst."""
     out = []
-    for m in exp.selection_order():
+    for m in exp.selection_order(cfg):
         v = float(values[m])
         out.append(-np.inf if np.isnan(v) else -v if m in exp.lower_is_better else v)
     return out
@@ -178,9 +177,9 @@ def selection_score(exp: Experiment, values: dict[str, float]) -> list[float]:
 
 def selection_reason(exp: Experiment, cfg: RunConfig, history: list[dict], best_epoch: int) -> str:
     """The validation metric that chose ``best_epoch`` over the runner-up epoch: the first entry of
-    ``exp.selection_key`` where they differ (``"exact"``, or e.g. ``"blank_acc"`` when Exact tied),
+    :func:`selection_score` where they differ (``"exact"``, or e.g. ``"blank_acc"`` when Exact tied),
     ``"tie"`` (a full tie, the earlier epoch kept) or ``"single evaluation"``; ``""`` without validation."""
-    keys = {e["epoch"]: exp.selection_key({k[4:]: v for k, v in e.items() if k.startswith("val_")}, cfg)
+    keys = {e["epoch"]: selection_score(exp, {k[4:]: v for k, v in e.items() if k.startswith("val_")}, cfg)
             for e in history if any(k.startswith("val_") for k in e)}
     if best_epoch not in keys:
         return ""

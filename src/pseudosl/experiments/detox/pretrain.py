@@ -121,6 +121,7 @@ class PretrainExperiment(Experiment[PretrainConfig]):
     labels = {"gpt2": "GPT-2 (scratch)"}
     metrics = ("ppl",)
     units = {"ppl": ""}
+    lower_is_better = frozenset({"ppl"})
     presets = Path(__file__).resolve().parent / "presets"
 
     def __init__(self, splits: Splits) -> None:
@@ -142,9 +143,6 @@ class PretrainExperiment(Experiment[PretrainConfig]):
 
     def evaluate(self, model: nn.Module, data: Tensor, cfg: PretrainConfig, accelerator: Any):
         return {"ppl": block_perplexity(model, data)}, None
-
-    def selection_key(self, val: dict[str, float], cfg: PretrainConfig) -> list[float]:
-        return [-val["ppl"]]
 
 
 def _key(cfg: Any) -> str:

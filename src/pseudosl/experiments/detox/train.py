@@ -322,9 +322,6 @@ class DetoxExperiment(Experiment[DetoxConfig]):
                  decoder: str | None = None):
         return evaluate(model, data, cfg, self.context(cfg)[0], decoder)
 
-    def selection_key(self, val: dict[str, float], cfg: DetoxConfig) -> list[float]:
-        return [-val[m] for m in self.selection_order(cfg)]
-
     def selection_order(self, cfg: DetoxConfig | None = None) -> list[str]:
         return ["ppl"] if cfg is not None and cfg.select == "ppl" else ["emt_full", "ppl"]
 
