@@ -18,11 +18,12 @@ extra decoder of ``cfg.decoders`` evaluated on the same checkpoint (:func:`row_k
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from .config import RunConfig, split_model
+from .experiment import Experiment
 
 __all__ = ["summarize", "paired_comparisons", "student_t_quantile", "verdict", "selection_score",
            "selection_reason", "format_table", "format_comparisons", "format_findings", "format_report", "model_label", "unit",
@@ -30,23 +31,6 @@ __all__ = ["summarize", "paired_comparisons", "student_t_quantile", "verdict", "
 
 VERDICTS = ("beats its base beyond the 95 % interval", "not distinguishable from its base",
             "worse than its base beyond the 95 % interval")
-
-
-class Experiment(Protocol):
-    """What the tables read of an experiment (:class:`pseudosl.experiments.harness.Experiment` provides it;
-    a protocol here so that the harness imports this module and not the other way round)."""
-
-    name: str
-    labels: dict[str, str]
-    metrics: tuple[str, ...]
-    paper: dict[str, dict[str, float]]
-    units: dict[str, str]
-    lower_is_better: frozenset[str]
-    baselines: dict[str, str]
-    comparison_metrics: tuple[str, ...]
-    decoders: dict[str, str]
-
-    def selection_order(self, cfg: Any = None) -> list[str]: ...
 
 
 # -- rows, labels, units ------------------------------------------------------------------------------
