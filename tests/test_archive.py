@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pseudosl.errors import RunFolderError
-from pseudosl.experiments import harness
+from pseudosl.experiments import loop
 from pseudosl.experiments.archive import main as archive_main
 from pseudosl.experiments.archive import missing_parts, pack, unpack
 from pseudosl.experiments.harness import CheckpointError, load_checkpoint, train
@@ -31,17 +31,17 @@ class Interrupted(Exception):
 
 def _interrupted_run(tmp_path, monkeypatch, out, saves: int) -> None:
     """Train until ``saves`` checkpoints are written, then stop as a killed process would."""
-    real, count = harness._save, [0]
+    real, count = loop.save, [0]
 
     def save(*a, **kw):
         real(*a, **kw)
         count[0] += 1
         if count[0] == saves:
             raise Interrupted
-    monkeypatch.setattr(harness, "_save", save)
+    monkeypatch.setattr(loop, "save", save)
     with pytest.raises(Interrupted):
         train(EXP, _cfg(tmp_path, out))
-    monkeypatch.setattr(harness, "_save", real)
+    monkeypatch.setattr(loop, "save", real)
 
 
 def _runs(result):

@@ -76,7 +76,7 @@ def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
     exp = experiment(name)
     presets = sorted(p.stem for p in Path(exp.presets).glob("*.toml"))
     p = sub.add_parser(name, help=help_, description=f"{help_}. See docs/{name}.md.")
-    extra = dict(getattr(exp, "actions", {}))
+    extra = dict(exp.actions)
     actions = p.add_subparsers(dest="action", required=True, metavar="{" + ",".join(["train", "eval", *extra]) + "}")
 
     t = actions.add_parser("train", help="train the models and write results, table and figures",
@@ -94,10 +94,10 @@ def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
     e.add_argument("--decoders", nargs="+", metavar="DECODER",
                    help="extra test-time decoders, a row each (default: those the runs were trained with)"
                         + (f"; known: {', '.join(exp.decoders)}" if exp.decoders else "; this experiment has none yet"))
-    if hasattr(exp.config_class, "resample_candidates"):
+    if "resample" in exp.decoders:
         e.add_argument("--resample-candidates", type=int_flag, metavar="K",
                        help="candidates K of the resample decoder (default: each run's resample_candidates)")
-    e.set_defaults(func=_eval, experiment_name=name)
+    e.set_defaults(func=_eval, experiment_name=name, resample_candidates=None)
 
     for action, action_help in extra.items():
         a = actions.add_parser(action, help=action_help, description=f"{action_help}. Settings as for train.")
@@ -117,7 +117,7 @@ def _load(args: argparse.Namespace):
     from .experiments.config import load_config
     exp = experiment(args.experiment_name)
     path = args.config or (exp.preset_path("quick") if args.quick else exp.preset_path(args.preset) if args.preset else None)
-    return exp, load_config(exp.config_class, path, **{k: getattr(args, k) for k in args.fields})
+    return exp, load_config(exp.config_class, path, **{k: vars(args)[k] for k in args.fields})
 
 
 def _action(args: argparse.Namespace) -> None:
@@ -134,8 +134,7 @@ def _train(args: argparse.Namespace) -> None:
 
 def _eval(args: argparse.Namespace) -> None:
     from .experiments.harness import evaluate_checkpoints
-    evaluate_checkpoints(experiment(args.experiment_name), args.out, args.decoders,
-                         getattr(args, "resample_candidates", None))
+    evaluate_checkpoints(experiment(args.experiment_name), args.out, args.decoders, args.resample_candidates)
 
 
 def _add_reproduce(sub: argparse._SubParsersAction) -> None:

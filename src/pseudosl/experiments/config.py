@@ -83,6 +83,9 @@ class RunConfig:
     decoders: list[str] = spec(default_factory=list, help="extra test-time decoders, each adding a row per model "
                                                           "from the same checkpoints (the experiment's decoders)")
     note: str = spec("", help="printed under the table: what the numbers of this preset show (presets set it)")
+    resample_candidates: int = spec(16, min=1, run_free=True,
+                                    help="decoder 'resample': candidates K per example of locally constrained "
+                                         "resampling (pseudosl.constrained_sample); test time only")
 
     # subclasses set this to the experiment's model names (a ClassVar, not a field)
     MODELS: typing.ClassVar[tuple[str, ...]] = ()
@@ -103,7 +106,7 @@ class RunConfig:
             raise ConfigError(f"seeds: {self.seeds} repeats a seed")
         if not self.seeds:
             raise ConfigError("seeds: give at least one seed")
-        if self.patience is not None and getattr(self, "n_val", None) == 0:  # experiments name their validation size n_val
+        if self.patience is not None and self.validation_size() == 0:
             raise ConfigError(f"patience = {self.patience} stops early on the validation split, but n_val = 0 (none): "
                               f"set n_val (e.g. --n-val 1000) or drop patience")
         if self.constraint_start_epoch > self.epochs:
@@ -114,6 +117,11 @@ class RunConfig:
 
     def check(self) -> None:
         """Cross-field rules of a subclass (raise :class:`ConfigError`)."""
+
+    def validation_size(self) -> int | None:
+        """Examples of the validation split (model selection, ``patience``): a subclass returns its field (``n_val``),
+        0 for none; ``None``: sized otherwise (the harness then finds out when the data is made)."""
+        return None
 
     def preflight(self) -> None:
         """Checks of this machine that the run needs (CPUs for ``threads`` and ``jobs``, memory for the data set,

@@ -1,6 +1,7 @@
-"""The one training harness every experiment runs through.
+"""The one training harness every experiment runs through: folders, several runs, results, re-evaluation.
 
-An experiment is a subclass of :class:`Experiment`: its data, models, objective and metrics.  The
+An experiment is a subclass of :class:`~.experiment.Experiment`: its data, models, objective and metrics.  The
+training loop of one model and one seed is :func:`.loop.train_run` (a file of its own, read top to bottom); the
 harness owns everything else, the same for every experiment:
 
 * seeds: model ``seed`` seeds torch / numpy / random; the batch order is a function of
@@ -14,7 +15,7 @@ harness owns everything else, the same for every experiment:
   state), each with the SHA-256 of its bytes, checked before any is used (:mod:`.checkpoints`), and an
   exact ``resume``;
 * model selection: with a validation split, the checkpoint of the best validation score
-  (``Experiment.selection_key``: by default :func:`selection_score`, ``Experiment.metrics`` compared in
+  (:func:`selection_score`, the one rule: ``Experiment.selection_order``, by default its metrics, compared in
   order, so ``metrics[1]`` breaks ties of ``metrics[0]``; higher is better unless the metric is in
   ``Experiment.lower_is_better``; an undefined (NaN) value is the worst; the earlier epoch wins a full
   tie) is the one tested; ``patience`` stops early;
@@ -30,158 +31,36 @@ harness owns everything else, the same for every experiment:
   (tables and statistics: :mod:`pseudosl.experiments.summary`);
 * Accelerate: runs unchanged under ``accelerate launch``; only the main process writes files.
 
-The loop itself (:func:`train_run`) reads top to bottom.
 """
 
 from __future__ import annotations
 
-import abc
 import copy
 import json
 import os
 import platform
-import random
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-import numpy as np
 import torch
-from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm.auto import tqdm
 
 from ..errors import PseudoslError, RunFolderError, StorageError
 from ..logic.errors import check_int
-from .checkpoints import CheckpointError, check_continuable, load_checkpoint, load_weights, save_checkpoint
-from .config import ConfigError, RunConfig, model_variant, split_model
+from .checkpoints import CheckpointError, check_continuable, load_checkpoint, load_weights
+from .config import ConfigError, RunConfig, model_variant
+from .experiment import Experiment, Splits
+from .loop import evaluate_model, save, seed_all, train_run
 from .runs import (LOCK, MANIFEST, atomic_path, check_identity, check_manifest, check_out_folder, run_dirs,
                    run_lock, watch_parent, write_manifest)
-from .summary import (format_findings, format_report, format_table, model_label, paired_comparisons, row_key, selection_reason,
+from .summary import (format_findings, format_table, model_label, paired_comparisons, row_key, selection_reason,
                       selection_score, summarize, unit)
 
 __all__ = ["Experiment", "Splits", "train", "train_run", "run_folder", "evaluate_checkpoints", "summarize",
            "format_table", "load_checkpoint", "make_accelerator", "CheckpointError", "model_label",
-           "selection_score", "unit", "check_decoders"]
-
-C = TypeVar("C", bound=RunConfig)
-
-
-@dataclass
-class Splits:
-    """``train`` yields tuples of tensors for the objective; ``val``/``test`` are what ``evaluate`` takes."""
-
-    train: Dataset
-    val: Any | None
-    test: Any
-    description: str = ""
-
-
-class Experiment(abc.ABC, Generic[C]):
-    """What an experiment adds to the harness.  Metrics are percentages, higher is better, unless
-    ``units`` names another unit (e.g. ``{"cost_ratio": "x"}``), ``lower_is_better`` lists them, or
-    the experiment overrides ``selection_key`` (the validation order).
-
-    ``baselines`` pairs a constrained model with its base (``{"rnn_psl": "rnn"}``): every table then
-    reports their per-seed difference with a 95 % interval and a verdict
-    (:func:`pseudosl.experiments.summary.paired_comparisons`).  ``decoders`` names extra test-time decoders
-    (``{"constrained": "constrained"}``: config name -> label suffix, which may name config fields in braces,
-    ``"resample {resample_candidates}"``, filled from the table's config) that ``evaluate(..., decoder=name)``
-    implements; ``cfg.decoders`` picks some, each adds a row per model from the same checkpoints.  The harness
-    seeds torch, numpy and Python with the run's seed before each decoder's evaluation.
-    """
-
-    name: str                                  # folder under runs/, e.g. "sudoku"
-    config_class: type[C]
-    labels: dict[str, str]                     # model name -> table label
-    metrics: tuple[str, ...]                   # table columns; selection on validation compares them in order
-    paper: dict[str, dict[str, float]] = {}    # model -> metric -> the paper's value
-    units: dict[str, str] = {}                 # metric -> unit shown in tables and plots (default "%")
-    lower_is_better: frozenset[str] = frozenset()  # metrics where smaller is better (for model selection)
-    selection_metrics: tuple[str, ...] = ()    # validation order of the default selection (default: ``metrics``)
-    baselines: dict[str, str] = {}             # constrained model -> its base model, compared seed by seed
-    comparison_metrics: tuple[str, ...] = ()  # the metrics compared seed by seed (default: ``metrics``)
-    decoders: dict[str, str] = {}              # extra test-time decoders: name -> label suffix of their rows
-    presets: Path                              # folder of the shipped <name>.toml presets
-    curve_metrics: tuple[str, ...] = ()        # metrics plotted in curves.png (default: all of ``metrics``)
-    test_curves: bool = True                   # evaluate the test split at every evaluation (False: at the end only)
-    actions: dict[str, str] = {}               # extra CLI steps (name -> help), run by ``run_action``
-
-    def preset_path(self, name: str) -> Path:
-        """The shipped preset ``<name>.toml``, or a named error listing the known ones."""
-        from .config import preset_path
-        return preset_path(self.presets, name)
-
-    @abc.abstractmethod
-    def load_data(self, cfg: C) -> Splits: ...
-
-    @abc.abstractmethod
-    def build_model(self, name: str, cfg: C) -> nn.Module: ...
-
-    @abc.abstractmethod
-    def objective(self, model: nn.Module, name: str, cfg: C) -> nn.Module:
-        """A module whose ``forward(*batch, constrained=bool)`` returns ``(loss, parts)``.
-
-        ``parts`` maps names to detached scalars (logged in the progress bar).  Wrapping the
-        loss in a module lets ``accelerator.prepare`` (DDP) see every parameter use.
-        """
-
-    @abc.abstractmethod
-    def evaluate(self, model: nn.Module, data: Any, cfg: C, accelerator: Any) -> tuple[dict[str, float], Any]:
-        """Metrics (``metrics`` keys at least) and the predictions on ``data``; the model is in eval mode.
-
-        An experiment with ``decoders`` also takes ``decoder=<name>`` (called only with a name it lists)."""
-
-    def optimizer(self, model: nn.Module, cfg: C) -> torch.optim.Optimizer:
-        return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-    def plot_examples(self, test: Any, predictions: dict[str, Any], path: Path) -> None:
-        """Optional figure of a few test predictions per model (the first seed of each)."""
-
-    def fidelity_inputs(self, model: nn.Module, test: Any, n_examples: int) -> tuple[Any, Tensor, str]:
-        """For ``pseudosl fidelity`` (autoregressive models): an engine bound to the first ``n_examples`` test
-        inputs, the ``(B, n)`` anchors to approximate around, and how the anchors were drawn (one line)."""
-        raise ValueError(f"pseudosl fidelity does not support the {self.name} experiment (no autoregressive model)")
-
-    def selection_key(self, val: dict[str, float], cfg: C) -> list[float]:
-        """Validation metrics -> a list compared lexicographically, larger = better (model selection);
-        by default :func:`selection_score` over :meth:`selection_order`."""
-        return selection_score(self, val)
-
-    def selection_order(self, cfg: C | None = None) -> list[str]:
-        """The names of the entries of :meth:`selection_key`, in order (for tables: which metric decided)."""
-        return list(self.selection_metrics or self.metrics)
-
-    def trains(self, name: str, cfg: C) -> bool:
-        """Whether model ``name`` is trained (False: evaluated as built, e.g. a pretrained baseline)."""
-        return True
-
-    def report(self, result: dict, out: Path) -> None:
-        """Optional extra outputs (tables, figures) from the final ``results.json`` content, main process only."""
-
-    def run_action(self, action: str, cfg: C) -> None:
-        """Run the extra step ``action`` (one of ``actions``), e.g. ``pseudosl detox pretrain``."""
-        raise ValueError(f"{self.name}: unknown action {action!r}; choose from train, eval, {', '.join(self.actions)}")
-
-
-# -- seeds and RNG state --------------------------------------------------------------------------
-def _seed_all(seed: int) -> None:
-    torch.manual_seed(seed); np.random.seed(seed); random.seed(seed)
-
-
-def _rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-
-
-def _set_rng_state(s: dict) -> None:
-    torch.set_rng_state(s["torch"])
-    np.random.set_state(s["numpy"])
-    random.setstate(s["python"])
-    if s["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(s["cuda"])
+           "selection_score", "unit", "check_decoders", "save", "seed_all"]
 
 
 def make_accelerator():
@@ -196,10 +75,6 @@ def make_accelerator():
 def run_folder(exp: Experiment, cfg: RunConfig) -> Path:
     """``cfg.out``, or ``runs/<experiment>/<preset>-<content key>``."""
     return Path(cfg.out) if cfg.out else Path("runs") / exp.name / f"{cfg.preset}-{cfg.content_key()}"
-
-
-def _ckpt_path(out: Path, name: str, seed: int) -> Path:
-    return out / f"{name}-seed{seed}" / "checkpoint.pt"
 
 
 def _prepare_folder(exp: Experiment, cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> None:
@@ -236,119 +111,6 @@ def _prepare_folder(exp: Experiment, cfg: RunConfig, out: Path, resume: bool, ov
 
 
 # -- one model, one seed --------------------------------------------------------------------------
-def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Splits, accelerator: Any,
-              out: Path, resume: bool = False) -> dict:
-    """Train ``name`` with ``seed``; returns test metrics (of the selected checkpoint), history, predictions."""
-    ckpt_path = _ckpt_path(out, name, seed)
-    shared, (base, cfg) = cfg, model_variant(cfg, name)  # a variant "name@field=value" trains with its overrides
-    _seed_all(seed)
-    model = exp.build_model(base, cfg)
-    objective = exp.objective(model, base, cfg)
-    optimizer = exp.optimizer(model, cfg)
-    state = {"epoch": 0, "history": [], "wall_s": 0.0, "cpu_s": 0.0, "best": None, "best_epoch": 0,
-             "best_model": None, "bad_evals": 0, "stopped": False}
-    if resume and ckpt_path.exists():
-        ckpt = load_checkpoint(ckpt_path, exp.name)
-        check_continuable(ckpt, shared, name, seed, ckpt_path)
-        load_weights(model, ckpt["model"], ckpt_path, name)
-        if ckpt["optimizer"] is not None:  # None: packed as finished (pseudosl.experiments.archive), never trains on
-            optimizer.load_state_dict(ckpt["optimizer"])
-        state.update({k: ckpt[k] for k in state if k in ckpt})
-        _set_rng_state(ckpt["rng"])
-        accelerator.print(f"[{name} seed {seed}] resumed from {ckpt_path} at epoch {state['epoch']}")
-    elif resume:
-        accelerator.print(f"[{name} seed {seed}] nothing to resume at {ckpt_path}: training from scratch")
-    objective, optimizer = accelerator.prepare(objective, optimizer)
-    unwrapped = lambda: accelerator.unwrap_model(objective).model  # noqa: E731
-
-    for epoch in range(state["epoch"], cfg.epochs if exp.trains(base, cfg) else 0):
-        if state["stopped"]:
-            break
-        t0, c0 = time.time(), time.process_time()  # wall and this process's CPU time (shared machines: both)
-        # the batch order is a function of (seed, epoch) only, so a resumed run sees the same batches
-        order = torch.randperm(len(splits.train), generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-        loader = accelerator.prepare(DataLoader(Subset(splits.train, order.tolist()), batch_size=cfg.batch_size))
-        constrained = epoch + 1 >= cfg.constraint_start_epoch  # SL/PSL warm-up
-        objective.train()
-        total, count = torch.zeros((), device=accelerator.device), 0
-        part_sums: dict[str, Tensor] = {}  # per-epoch means of the objective's parts (data term, constraint term)
-        bar = tqdm(loader, desc=f"{name} s{seed} ep {epoch + 1}/{cfg.epochs}", leave=False,
-                   disable=not accelerator.is_main_process)
-        for i, batch in enumerate(bar):
-            loss, parts = objective(*batch, constrained=constrained)
-            optimizer.zero_grad(set_to_none=True)
-            accelerator.backward(loss)
-            optimizer.step()
-            total, count = total + loss.detach(), count + 1
-            for k, v in parts.items():
-                part_sums[k] = part_sums.get(k, 0) + v.detach().float()
-            if i % 10 == 0 or i + 1 == len(loader):  # a host sync only every 10 steps
-                bar.set_postfix(loss=f"{total.item() / count:.4f}", **{k: f"{float(v):.3f}" for k, v in parts.items()})
-        record: dict[str, float] = {"epoch": epoch + 1,
-                                    "train_loss": accelerator.gather(total.reshape(1) / count).mean().item()}
-        record.update({f"train_{k}": accelerator.gather(v.reshape(1) / count).mean().item() for k, v in part_sums.items()})
-        if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
-            for split, data in (("val", splits.val), ("test", splits.test if exp.test_curves else None)):
-                if data is not None:
-                    record.update({f"{split}_{k}": v for k, v in _evaluate(exp, unwrapped(), data, cfg, accelerator)[0].items()})
-            if splits.val is not None:  # model selection and early stopping on the validation split
-                score = exp.selection_key({k[4:]: v for k, v in record.items() if k.startswith("val_")}, cfg)
-                if state["best"] is None or score > state["best"]:
-                    state.update(best=score, best_epoch=epoch + 1, bad_evals=0,
-                                 best_model={k: v.detach().cpu().clone() for k, v in unwrapped().state_dict().items()})
-                else:
-                    state["bad_evals"] += 1
-                    state["stopped"] = cfg.patience is not None and state["bad_evals"] >= cfg.patience
-        state["wall_s"] += time.time() - t0
-        state["cpu_s"] += time.process_time() - c0
-        state["history"].append(record)
-        state["epoch"] = epoch + 1
-        accelerator.print(f"[{name} seed {seed}] epoch {epoch + 1}: " + ", ".join(
-            f"{k} {v:.4f}" for k, v in record.items() if k != "epoch")
-            + (f" (early stop: best val epoch {state['best_epoch']})" if state["stopped"] else ""))
-        _save(exp, shared, name, seed, state, unwrapped(), optimizer, ckpt_path, accelerator)
-    if not exp.trains(base, cfg) and not ckpt_path.exists():  # an untrained model: its epoch-0 checkpoint
-        _save(exp, shared, name, seed, state, unwrapped(), optimizer, ckpt_path, accelerator)
-
-    model = unwrapped()
-    if state["best_model"] is not None:  # test the checkpoint selected on the validation split
-        model.load_state_dict(state["best_model"])
-    metrics, pred = _evaluate(exp, model, splits.test, cfg, accelerator)
-    decoded = {d: _evaluate(exp, model, splits.test, cfg, accelerator, decoder=d, seed=seed)[0] for d in cfg.decoders}
-    return {"model": name, "seed": seed, **metrics, "epochs_trained": state["epoch"],
-            "selected_epoch": state["best_epoch"] or state["epoch"],
-            "selected_on": selection_reason(exp, cfg, state["history"], state["best_epoch"]),
-            "decoded": decoded, "history": state["history"], "wall_s": state["wall_s"], "cpu_s": state["cpu_s"],
-            "predictions": pred}
-
-
-def _save(exp: Experiment, cfg: RunConfig, name: str, seed: int, state: dict, model: nn.Module,
-          optimizer: torch.optim.Optimizer, ckpt_path: Path, accelerator: Any) -> None:
-    if accelerator.is_main_process:
-        ckpt_path.parent.mkdir(parents=True, exist_ok=True)
-        # whole or not at all, with its SHA-256; never by a worker whose parent has ended (runs.atomic_path)
-        save_checkpoint({**state, "experiment": exp.name, "config": cfg.to_dict(), "model_name": name, "seed": seed,
-                         "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": _rng_state()},
-                        ckpt_path)
-    accelerator.wait_for_everyone()
-
-
-@torch.no_grad()
-def _evaluate(exp: Experiment, model: nn.Module, data: Any, cfg: RunConfig, accelerator: Any,
-              decoder: str | None = None, seed: int = 0):
-    """``exp.evaluate`` in eval mode; an extra decoder starts from torch's RNG seeded with the run's ``seed``
-    (numpy's and Python's too), so a sampling decoder's row is reproducible, whichever decoders ran before it."""
-    was_training = model.training
-    model.eval()
-    try:
-        if decoder is None:
-            return exp.evaluate(model, data, cfg, accelerator)
-        _seed_all(seed)
-        return exp.evaluate(model, data, cfg, accelerator, decoder=decoder)
-    finally:
-        model.train(was_training)
-
-
 def check_decoders(exp: Experiment, decoders: list[str]) -> None:
     """Refuse decoders the experiment does not implement, before any work."""
     bad = [d for d in decoders if d not in exp.decoders]
@@ -530,7 +292,7 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
     if decoders is not None:
         check_decoders(exp, decoders)
     if resample_candidates is not None:
-        if not hasattr(exp.config_class, "resample_candidates"):
+        if "resample" not in exp.decoders:
             raise ValueError(f"resample_candidates = {resample_candidates}: {exp.name} has no resample decoder")
         resample_candidates = check_int("resample_candidates", resample_candidates, 1, " (a number of candidates K)")
     accelerator = make_accelerator()
@@ -572,8 +334,8 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
         load_weights(model, ckpt.get("best_model") or ckpt["model"], path, ckpt["model_name"])
         model = accelerator.unwrap_model(accelerator.prepare(model))
         test = data_cache[cfg.content_key()].test
-        metrics, _ = _evaluate(exp, model, test, run_cfg, accelerator)
-        decoded = {d: _evaluate(exp, model, test, run_cfg, accelerator, decoder=d, seed=ckpt["seed"])[0]
+        metrics, _ = evaluate_model(exp, model, test, run_cfg, accelerator)
+        decoded = {d: evaluate_model(exp, model, test, run_cfg, accelerator, decoder=d, seed=ckpt["seed"])[0]
                    for d in cfg.decoders}
         groups.setdefault(key, []).append({"model": ckpt["model_name"], "seed": ckpt["seed"], "epoch": ckpt["epoch"],
                                            "path": str(path), **metrics, "decoded": decoded,

@@ -18,12 +18,13 @@ extra decoder of ``cfg.decoders`` evaluated on the same checkpoint (:func:`row_k
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from ..logic.errors import check_int
 from .config import RunConfig, split_model
+from .experiment import Experiment
 
 __all__ = ["summarize", "paired_comparisons", "student_t_quantile", "verdict", "selection_score",
            "selection_reason", "format_table", "format_comparisons", "format_findings", "format_report", "model_label", "unit",
@@ -31,25 +32,6 @@ __all__ = ["summarize", "paired_comparisons", "student_t_quantile", "verdict", "
 
 VERDICTS = ("beats its base beyond the 95 % interval", "not distinguishable from its base",
             "worse than its base beyond the 95 % interval")
-
-
-class Experiment(Protocol):
-    """What the tables read of an experiment (:class:`pseudosl.experiments.harness.Experiment` provides it;
-    a protocol here so that the harness imports this module and not the other way round)."""
-
-    name: str
-    labels: dict[str, str]
-    metrics: tuple[str, ...]
-    paper: dict[str, dict[str, float]]
-    units: dict[str, str]
-    lower_is_better: frozenset[str]
-    baselines: dict[str, str]
-    comparison_metrics: tuple[str, ...]
-    decoders: dict[str, str]
-
-    def selection_key(self, val: dict[str, float], cfg: Any) -> list[float]: ...
-
-    def selection_order(self, cfg: Any = None) -> list[str]: ...
 
 
 # -- rows, labels, units ------------------------------------------------------------------------------
@@ -165,12 +147,13 @@ def paired_comparisons(exp: Experiment, runs: list[dict], rows: list[str]) -> li
 
 
 # -- model selection ----------------------------------------------------------------------------------
-def selection_score(exp: Experiment, values: dict[str, float]) -> list[float]:
-    """Validation metrics as a list compared lexicographically, larger = better: ``exp.selection_metrics``
-    (default ``exp.metrics``) in order, so the next breaks the ties of the previous; ``lower_is_better``
-    metrics negated; NaN (undefined) is ``-inf``, the worst."""
+def selection_score(exp: Experiment, values: dict[str, float], cfg: RunConfig | None = None) -> list[float]:
+    """The one model-selection rule of every experiment: validation metrics as a list compared lexicographically,
+    larger = better: ``exp.selection_order(cfg)`` (default ``exp.selection_metrics``, else ``exp.metrics``) in
+    order, so the next breaks the ties of the previous; ``lower_is_better`` metrics negated; NaN (undefined) is
+    ``-inf``, the worst."""
     out = []
-    for m in exp.selection_order():
+    for m in exp.selection_order(cfg):
         v = float(values[m])
         out.append(-np.inf if np.isnan(v) else -v if m in exp.lower_is_better else v)
     return out
@@ -178,9 +161,9 @@ def selection_score(exp: Experiment, values: dict[str, float]) -> list[float]:
 
 def selection_reason(exp: Experiment, cfg: RunConfig, history: list[dict], best_epoch: int) -> str:
     """The validation metric that chose ``best_epoch`` over the runner-up epoch: the first entry of
-    ``exp.selection_key`` where they differ (``"exact"``, or e.g. ``"blank_acc"`` when Exact tied),
+    :func:`selection_score` where they differ (``"exact"``, or e.g. ``"blank_acc"`` when Exact tied),
     ``"tie"`` (a full tie, the earlier epoch kept) or ``"single evaluation"``; ``""`` without validation."""
-    keys = {e["epoch"]: exp.selection_key({k[4:]: v for k, v in e.items() if k.startswith("val_")}, cfg)
+    keys = {e["epoch"]: selection_score(exp, {k[4:]: v for k, v in e.items() if k.startswith("val_")}, cfg)
             for e in history if any(k.startswith("val_") for k in e)}
     if best_epoch not in keys:
         return ""

@@ -113,6 +113,9 @@ class DetoxConfig(RunConfig):
             raise ConfigError(f"ppl_docs = {self.ppl_docs} leaves fewer than 2 of heldout_docs = {self.heldout_docs} "
                               f"for the validation and test prompts; raise heldout_docs or lower ppl_docs")
 
+    def validation_size(self) -> int:
+        return self.n_val_prompts
+
     def preflight(self) -> None:
         """The files, folders and key the pipeline reads late, checked before pretraining or sampling starts."""
         super().preflight()  # threads and jobs

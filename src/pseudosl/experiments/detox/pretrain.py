@@ -35,7 +35,10 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..config import RunConfig, spec
-from ..harness import CheckpointError, Experiment, Splits, load_checkpoint, make_accelerator, train_run
+from ..experiment import Experiment, Splits
+from ..harness import CheckpointError, load_checkpoint, make_accelerator
+from ..loop import train_run
+from ..objective import Objective
 from ..runs import run_lock
 from .corpus import data_root, load_documents, split_documents
 
@@ -89,7 +92,7 @@ class PretrainConfig(RunConfig):
     n_ctx: int = spec(128, min=2)
 
 
-class _LMObjective(nn.Module):
+class _LMObjective(Objective):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
@@ -121,6 +124,7 @@ class PretrainExperiment(Experiment[PretrainConfig]):
     labels = {"gpt2": "GPT-2 (scratch)"}
     metrics = ("ppl",)
     units = {"ppl": ""}
+    lower_is_better = frozenset({"ppl"})
     presets = Path(__file__).resolve().parent / "presets"
 
     def __init__(self, splits: Splits) -> None:
@@ -140,11 +144,9 @@ class PretrainExperiment(Experiment[PretrainConfig]):
     def optimizer(self, model: nn.Module, cfg: PretrainConfig) -> torch.optim.Optimizer:
         return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
-    def evaluate(self, model: nn.Module, data: Tensor, cfg: PretrainConfig, accelerator: Any):
+    def evaluate(self, model: nn.Module, data: Tensor, cfg: PretrainConfig, accelerator: Any,
+                 decoder: str | None = None):
         return {"ppl": block_perplexity(model, data)}, None
-
-    def selection_key(self, val: dict[str, float], cfg: PretrainConfig) -> list[float]:
-        return [-val["ppl"]]
 
 
 def _key(cfg: Any) -> str:

@@ -30,7 +30,9 @@ from torch.utils.data import TensorDataset
 
 import pseudosl
 
-from ..harness import Experiment, Splits, make_accelerator
+from ..objective import Objective as TrainingObjective
+from ..experiment import Experiment, Splits
+from ..harness import make_accelerator
 from ..harness import train as harness_train
 from .config import PRESETS, DetoxConfig
 from .corpus import data_root, load_documents, split_documents
@@ -106,7 +108,7 @@ class Context:
 
 
 # -- the training objective ------------------------------------------------------------------------
-class Objective(nn.Module):
+class Objective(TrainingObjective):
     """LM loss on SGEAT's clean samples (+ weight x PSL for ``psl``); ``forward`` returns ``(loss, parts)``
     (``data``: the LM loss; ``constraint``: weight x PSL and ``psl``: the PSL itself, for ``psl``)."""
 
@@ -321,9 +323,6 @@ class DetoxExperiment(Experiment[DetoxConfig]):
     def evaluate(self, model: nn.Module, data: EvalSet, cfg: DetoxConfig, accelerator: Any,
                  decoder: str | None = None):
         return evaluate(model, data, cfg, self.context(cfg)[0], decoder)
-
-    def selection_key(self, val: dict[str, float], cfg: DetoxConfig) -> list[float]:
-        return [-val[m] for m in self.selection_order(cfg)]
 
     def selection_order(self, cfg: DetoxConfig | None = None) -> list[str]:
         return ["ppl"] if cfg is not None and cfg.select == "ppl" else ["emt_full", "ppl"]

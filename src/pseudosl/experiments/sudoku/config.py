@@ -15,9 +15,10 @@ from ..config import ConfigError, RunConfig, spec
 from ..config import load_config as _load_config
 from ..config import preset_path as _preset_path
 
-__all__ = ["SudokuConfig", "MODELS", "load_config", "preset_path", "PRESETS"]
+__all__ = ["SudokuConfig", "MODELS", "CONSTRAINT_LOSS", "load_config", "preset_path", "PRESETS"]
 
 MODELS = ("convnet", "convnet_sl", "rnn", "rnn_psl")
+CONSTRAINT_LOSS = {"convnet": None, "convnet_sl": "sl", "rnn": None, "rnn_psl": "psl"}  # model -> its constraint term
 PRESETS = Path(__file__).resolve().parent / "presets"
 
 
@@ -71,6 +72,9 @@ class SudokuConfig(RunConfig):
             raise ConfigError(f"size = {self.size}: SATNet's puzzles (data = 'satnet:...', satnet_dist) are 9x9; "
                               f"use size = 9, or data = 'generate' / 'csv:<file>'")
 
+
+    def validation_size(self) -> int:
+        return self.n_val
 
     def memory_needs(self) -> tuple[int, int, str] | None:
         """Generated puzzles: about 40 bytes a cell while they are made (measured: 30 for 9x9 boards, 39 for 4x4),

@@ -29,6 +29,8 @@ from torch import Tensor, nn
 
 from pseudosl.psl import RecurrentDecoder
 
+from ..structured import Fit, StructuredModel
+
 __all__ = ["ConvNet", "SudokuRNN", "puzzle_one_hot", "build_model"]
 
 
@@ -37,7 +39,7 @@ def puzzle_one_hot(puzzles: Tensor, size: int = 9, dtype: torch.dtype = torch.fl
     return F.one_hot(puzzles, size + 1).to(dtype)
 
 
-class ConvNet(nn.Module):
+class ConvNet(StructuredModel):
     def __init__(self, channels: int = 64, layers: int = 6, dropout: float = 0.0, size: int = 9) -> None:
         super().__init__()
         self.size = size
@@ -60,8 +62,23 @@ class ConvNet(nn.Module):
         local = self.local(h).flatten(2).transpose(1, 2)                     # (B, 81, 9)
         return glob + local                                                  # logits (B, 81, 9)
 
+    def fit(self, puzzles: Tensor, solutions: Tensor) -> Fit:
+        """Cross-entropy of the solution's digits (mean over cells) and the logits the SL reads."""
+        logits = self(puzzles)                                               # (B, 81, 9)
+        return Fit(F.cross_entropy(logits.reshape(-1, self.size), (solutions - 1).reshape(-1)), logits)
 
-class SudokuRNN(nn.Module):
+    @torch.no_grad()
+    def greedy(self, puzzles: Tensor) -> Tensor:
+        """Per-cell argmax, the givens kept (as a solver keeps them): classes ``(B, 81)`` (digits - 1)."""
+        return torch.where(puzzles > 0, puzzles, self(puzzles).argmax(-1) + 1) - 1
+
+    def log_probs(self, puzzles: Tensor) -> Tensor:
+        return self(puzzles).log_softmax(-1)                                 # (B, 81, 9) the factorized q(y_i | x)
+
+
+class SudokuRNN(StructuredModel):
+    autoregressive = True
+
     def __init__(self, hidden: int = 128, layers: int = 5, dropout: float = 0.2, cell: str = "rnn",
                  size: int = 9) -> None:
         super().__init__()
@@ -93,6 +110,20 @@ class SudokuRNN(nn.Module):
     def engine(self, puzzles: Tensor):
         ctx, steps = self.conditioning(puzzles)
         return self.decoder.engine(ctx, steps)
+
+    def fit(self, puzzles: Tensor, solutions: Tensor) -> Fit:
+        """Teacher-forced cross-entropy of the solution's digits (mean over cells); the PSL re-reads the puzzles."""
+        logits = self(puzzles, solutions)                                    # teacher forcing, (B, 81, 9)
+        return Fit(F.cross_entropy(logits.reshape(-1, self.size), (solutions - 1).reshape(-1)), None, puzzles)
+
+    def greedy(self, puzzles: Tensor) -> Tensor:
+        return self.generate(puzzles, greedy=True) - 1                      # (B, 81) classes, the givens kept
+
+    def psl_inputs(self, fit: Fit, m: int):
+        # y ~ p(. | x, givens kept) (train mode), then the engine of the local conditionals p(y_i | y_-i, x), (m, 81, 9)
+        p = fit.conditioning[:m]
+        sample = self.generate(p, greedy=False) - 1
+        return sample, self.engine(p)
 
 
 def build_model(name: str, cfg) -> nn.Module:

@@ -21,19 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import pseudosl
-
-from ..harness import Experiment, Splits
+from ..experiment import Experiment, Splits
 from ..harness import train as harness_train
-from .config import PRESETS, SudokuConfig
+from ..objective import ConstrainedObjective, ConstraintTerm
+from .config import CONSTRAINT_LOSS, PRESETS, SudokuConfig
 from .constraint import givens_mask, is_consistent, sudoku_circuit
 from .data import SudokuData, augment, load_csv, load_or_generate, load_satnet
 from .decoding import DECODERS, check_decoder, decode
-from .models import SudokuRNN, build_model
+from .models import build_model
 
 __all__ = ["SudokuExperiment", "Objective", "load_data", "predict", "evaluate", "main", "PAPER", "LABELS"]
 
@@ -63,53 +61,17 @@ def load_data(cfg: SudokuConfig) -> tuple[SudokuData, SudokuData | None, SudokuD
 
 
 # -- the training objective ----------------------------------------------------------------------
-class Objective(nn.Module):
-    """Cross-entropy on the solution + weight x (SL or PSL); ``forward`` returns ``(loss, parts)``.
-
-    ``parts``: ``data`` (the cross-entropy), ``constraint`` (weight x SL/PSL, the term added to the
-    loss) and the unweighted ``sl`` / ``psl`` (the harness logs and plots them per epoch).
-    Wrapping the loss in a module lets ``accelerator.prepare`` (DDP) see every parameter use.
-    """
+class Objective(ConstrainedObjective):
+    """Cross-entropy on the solution + weight x (SL or PSL, as :data:`~.config.CONSTRAINT_LOSS` configures the model
+    ``name``) of the Sudoku rules, the givens as ``cfg.givens`` says; the shared objective (:mod:`..objective`)."""
 
     def __init__(self, model: nn.Module, name: str, cfg: SudokuConfig) -> None:
-        super().__init__()
-        self.model, self.name, self.cfg = model, name, cfg
-        self.circuit = sudoku_circuit(cfg.size) if name in ("convnet_sl", "rnn_psl") else None
-
-    def forward(self, puzzles: Tensor, solutions: Tensor, constrained: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
-        if self.cfg.augment and self.training:
-            puzzles, solutions = augment(puzzles, solutions)
-        target = solutions - 1                                            # classes 0..8, (B, 81)
-        if isinstance(self.model, SudokuRNN):
-            logits = self.model(puzzles, solutions)                       # teacher forcing, (B, 81, 9)
-        else:
-            logits = self.model(puzzles)                                  # (B, 81, 9)
-        ce = F.cross_entropy(logits.reshape(-1, self.cfg.size), target.reshape(-1))
-        parts = {"data": ce.detach()}
-        loss = ce
-        if not constrained:  # warm-up epochs before cfg.constraint_start_epoch: cross-entropy only
-            return loss, parts
-        condition = self.cfg.givens == "condition"
-        if self.name == "convnet_sl":
-            sl = pseudosl.semantic_loss(self.circuit, logits, allowed=self._allowed(puzzles), condition=condition)
-            loss = loss + self.cfg.sl_weight * sl
-            parts.update(constraint=self.cfg.sl_weight * sl.detach(), sl=sl.detach())
-        elif self.name == "rnn_psl":
-            m = self.cfg.psl_examples or puzzles.shape[0]                 # PSL on a sub-batch (cost knob)
-            p = puzzles[:m]
-            sample = self.model.generate(p, greedy=False)                 # y ~ p(. | x, givens kept) (train mode), (m, 81)
-            # the pseudo-semantic loss: the semantic loss of the local conditionals p(y_i | y_-i, x),
-            # (m, 81, 9), computed by the prefix-reusing recurrent engine; circuit values are digits - 1
-            # (with givens = "condition" the engine computes the conditionals of the blank cells only)
-            psl = pseudosl.pseudo_semantic_loss(self.model.engine(p), self.circuit, sample - 1,
-                                                allowed=self._allowed(p), condition=condition)
-            loss = loss + self.cfg.psl_weight * psl
-            parts.update(constraint=self.cfg.psl_weight * psl.detach(), psl=psl.detach())
-        return loss, parts
-
-    def _allowed(self, puzzles: Tensor) -> Tensor | None:
-        """The givens as unit constraints of the SL/PSL, or ``None`` when the loss ignores them."""
-        return None if self.cfg.givens == "ignore" else givens_mask(puzzles)
+        loss = CONSTRAINT_LOSS[name]
+        term = None if loss is None else ConstraintTerm(
+            loss, {"sl": cfg.sl_weight, "psl": cfg.psl_weight}[loss], cfg.psl_examples,
+            allowed=None if cfg.givens == "ignore" else givens_mask, condition=cfg.givens == "condition")
+        super().__init__(model, term, sudoku_circuit(cfg.size) if term else None, augment if cfg.augment else None)
+        self.name, self.cfg = name, cfg
 
 
 # -- evaluation ------------------------------------------------------------------------------------
@@ -117,9 +79,7 @@ class Objective(nn.Module):
 def predict(model: nn.Module, puzzles: Tensor) -> Tensor:
     """Greedy decoding: digits ``(B, 81)``.  Every model keeps the givens, as a solver would: the RNN
     writes them while decoding (later cells condition on them), the ConvNet's given cells are set."""
-    if isinstance(model, SudokuRNN):
-        return model.generate(puzzles, greedy=True)
-    return torch.where(puzzles > 0, puzzles, model(puzzles).argmax(-1) + 1)
+    return model.greedy(puzzles) + 1
 
 
 @torch.no_grad()
@@ -196,7 +156,7 @@ class SudokuExperiment(Experiment[SudokuConfig]):
     def fidelity_inputs(self, model: nn.Module, test: SudokuData, n_examples: int) -> tuple[Any, Tensor, str]:
         """The RNN's engine on the first test puzzles; anchors = its own samples with the givens kept (as the
         PSL's, in eval mode), circuit values = digits - 1."""
-        if not isinstance(model, SudokuRNN):
+        if not model.autoregressive:
             raise ValueError("pseudosl fidelity needs an autoregressive model (rnn, rnn_psl); this checkpoint "
                              f"holds a {type(model).__name__}")
         if not 1 <= n_examples <= len(test):

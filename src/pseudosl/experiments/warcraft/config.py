@@ -15,9 +15,10 @@ from ..config import ConfigError, RunConfig, spec
 from ..config import load_config as _load_config
 from ..config import preset_path as _preset_path
 
-__all__ = ["WarcraftConfig", "MODELS", "load_config", "preset_path", "PRESETS", "PSL_WEIGHTS"]
+__all__ = ["WarcraftConfig", "MODELS", "CONSTRAINT_LOSS", "load_config", "preset_path", "PRESETS", "PSL_WEIGHTS"]
 
 MODELS = ("resnet", "resnet_sl", "lstm", "lstm_psl")
+CONSTRAINT_LOSS = {"resnet": None, "resnet_sl": "sl", "lstm": None, "lstm_psl": "psl"}  # model -> its constraint term
 PRESETS = Path(__file__).resolve().parent / "presets"
 PSL_WEIGHTS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0)  # the paper's grid for the PSL weight
 
@@ -61,6 +62,9 @@ class WarcraftConfig(RunConfig):
         if not (self.data == "generate" or self.data.startswith("dir:")):
             raise ConfigError(f"data = {self.data!r}: expected 'generate' or 'dir:<folder>'")
 
+
+    def validation_size(self) -> int:
+        return self.n_val
 
     def memory_needs(self) -> tuple[int, int, str] | None:
         """Generated maps: about 600 bytes a grid cell while they are made, written, read back and labelled

@@ -22,9 +22,12 @@ network predicts the path itself (a vector over edges), which needs a global vie
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pseudosl.psl import RecurrentDecoder, RecurrentEngine
+
+from ..structured import Fit, StructuredModel
 
 __all__ = ["ResNet18", "EdgeResNet", "CNNLSTM", "build_model", "normalize"]
 
@@ -72,7 +75,7 @@ class ResNet18(nn.Module):
         return self.blocks(self.stem(x)).mean((2, 3))
 
 
-class EdgeResNet(nn.Module):
+class EdgeResNet(StructuredModel):
     """ResNet-18 -> one Bernoulli logit per edge: ``maps (B, H, W, 3) uint8 -> (B, E)``."""
 
     def __init__(self, n_edges: int, width: float = 1.0) -> None:
@@ -88,9 +91,23 @@ class EdgeResNet(nn.Module):
         """Greedy decoding: every edge whose probability is above 0.5, ``(B, E)`` long."""
         return (self(maps) > 0).long()
 
+    def fit(self, maps: Tensor, edges: Tensor) -> Fit:
+        """The negative log-likelihood of the label path per map (binary cross-entropy summed over its E edges, mean
+        over the batch: the per-map scale of the SL / PSL, which are -log of a probability per map)."""
+        logits = self(maps)                                                  # (B, E) Bernoulli logits
+        return Fit(F.binary_cross_entropy_with_logits(logits, edges.float(), reduction="sum") / maps.shape[0], logits)
 
-class CNNLSTM(nn.Module):
+    def greedy(self, maps: Tensor) -> Tensor:
+        return self.predict(maps)
+
+    def log_probs(self, maps: Tensor) -> Tensor:
+        return F.logsigmoid(self(maps))                                      # (B, E) log q(edge on | map)
+
+
+class CNNLSTM(StructuredModel):
     """ResNet-18 encoder to a 128-d embedding, then an LSTM decoder over the E edges."""
+
+    autoregressive = True
 
     def __init__(self, n_edges: int, width: float = 1.0, embed: int = 128, hidden: int = 512,
                  pos_dim: int = 32) -> None:
@@ -127,6 +144,23 @@ class CNNLSTM(nn.Module):
         """The decoder's exact local conditionals ``p(y_i | y_-i, map)`` (for the pseudo-semantic loss)."""
         ctx, steps = self.conditioning(maps)
         return self.decoder.engine(ctx, steps)
+
+    def fit(self, maps: Tensor, edges: Tensor) -> Fit:
+        """Teacher-forced negative log-likelihood of the label path per map (summed over its E edges, mean over the
+        batch); the PSL reuses the map's encoding (``context``, ``step_inputs``)."""
+        ctx, steps = self.conditioning(maps)                                 # (B, 128), (B, E, 128 + pos)
+        logits = self.decoder.step_logits(edges, ctx, steps)                 # teacher forcing, (B, E, 2)
+        loss = F.cross_entropy(logits.reshape(-1, 2), edges.reshape(-1), reduction="sum") / maps.shape[0]
+        return Fit(loss, None, (ctx, steps))
+
+    def greedy(self, maps: Tensor) -> Tensor:
+        return self.generate(maps, greedy=True)
+
+    def psl_inputs(self, fit: Fit, m: int) -> tuple[Tensor, RecurrentEngine]:
+        # y ~ p(. | map), (m, E), then the decoder's exact local conditionals p(y_i | y_-i, map) around it, (m, E, 2)
+        ctx, steps = fit.conditioning
+        sample = self.decoder.sample(context=ctx[:m], step_inputs=steps[:m])
+        return sample, self.decoder.engine(ctx[:m], steps[:m])
 
 
 def build_model(name: str, cfg, n_edges: int) -> nn.Module:

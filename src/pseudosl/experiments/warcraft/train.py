@@ -27,20 +27,20 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import pseudosl
 
-from ..harness import Experiment, Splits
+from ..experiment import Experiment, Splits
 from ..harness import train as harness_train
-from .config import PRESETS, WarcraftConfig
+from ..objective import ConstrainedObjective, ConstraintTerm
+from .config import CONSTRAINT_LOSS, PRESETS, WarcraftConfig
 from .data import SPLITS, WarcraftSplit, load_layout, load_or_generate
 from .decoding import DECODERS, check_decoder, decode
 from .grid import edge_index, mask_to_edges, shortest_paths
 from .metrics import path_metrics
-from .models import CNNLSTM, EdgeResNet, build_model
+from .models import build_model
 
 __all__ = ["WarcraftExperiment", "WarcraftData", "Objective", "load_data", "evaluate", "path_circuit", "main",
            "PAPER", "LABELS"]
@@ -104,41 +104,17 @@ def path_circuit(k: int, max_edges: int | None = None) -> pseudosl.Circuit:
 
 
 # -- the training objective ----------------------------------------------------------------------
-class Objective(nn.Module):
-    """Negative log-likelihood of the label path + weight x (SL or PSL); ``forward`` returns ``(loss, parts)``:
-    ``data`` (the NLL), ``constraint`` (weight x SL/PSL, the term added) and the unweighted ``sl`` / ``psl``."""
+class Objective(ConstrainedObjective):
+    """Negative log-likelihood of the label path + weight x (SL or PSL, as :data:`~.config.CONSTRAINT_LOSS`
+    configures the model ``name``) of the simple-path circuit of the ``k x k`` grid; the shared objective
+    (:mod:`..objective`)."""
 
     def __init__(self, model: nn.Module, name: str, cfg: WarcraftConfig, k: int) -> None:
-        super().__init__()
-        self.model, self.name, self.cfg = model, name, cfg
-        self.circuit = path_circuit(k, cfg.max_path_edges) if name in ("resnet_sl", "lstm_psl") else None
-
-    def forward(self, maps: Tensor, edges: Tensor, constrained: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
-        # the negative log-likelihood of the label path per map (summed over its E edges, mean over the
-        # batch), on the same per-map scale as the SL / PSL, which are -log of a probability per map
-        if isinstance(self.model, EdgeResNet):
-            logits = self.model(maps)                                          # (B, E) Bernoulli logits
-            loss = F.binary_cross_entropy_with_logits(logits, edges.float(), reduction="sum") / maps.shape[0]
-        else:
-            ctx, steps = self.model.conditioning(maps)                         # (B, 128), (B, E, 128 + pos)
-            logits = self.model.decoder.step_logits(edges, ctx, steps)         # teacher forcing, (B, E, 2)
-            loss = F.cross_entropy(logits.reshape(-1, 2), edges.reshape(-1), reduction="sum") / maps.shape[0]
-        parts = {"data": loss.detach()}
-        if not constrained or self.circuit is None:  # warm-up epochs, or a model without a constraint loss
-            return loss, parts
-        if self.name == "resnet_sl":
-            sl = pseudosl.semantic_loss(self.circuit, logits)                  # -log P(simple path), batch mean
-            loss = loss + self.cfg.sl_weight * sl
-            parts.update(constraint=self.cfg.sl_weight * sl.detach(), sl=sl.detach())
-        else:
-            m = self.cfg.psl_examples or maps.shape[0]                         # PSL on a sub-batch (cost knob)
-            sample = self.model.decoder.sample(context=ctx[:m], step_inputs=steps[:m])  # y ~ p(. | map), (m, E)
-            # the semantic loss of the local conditionals p(y_i | y_-i, map) around the sample, (m, E, 2),
-            # computed exactly by the decoder's prefix-reusing engine
-            psl = pseudosl.pseudo_semantic_loss(self.model.decoder.engine(ctx[:m], steps[:m]), self.circuit, sample)
-            loss = loss + self.cfg.psl_weight * psl
-            parts.update(constraint=self.cfg.psl_weight * psl.detach(), psl=psl.detach())
-        return loss, parts
+        loss = CONSTRAINT_LOSS[name]
+        term = None if loss is None else ConstraintTerm(loss, {"sl": cfg.sl_weight, "psl": cfg.psl_weight}[loss],
+                                                        cfg.psl_examples)
+        super().__init__(model, term, path_circuit(k, cfg.max_path_edges) if term else None)
+        self.name, self.cfg = name, cfg
 
 
 # -- evaluation ------------------------------------------------------------------------------------
@@ -162,7 +138,7 @@ def evaluate(model: nn.Module, data: WarcraftData, accelerator: Any, batch_size:
     preds, order, ess = [], [], []
     for maps, i in loader:
         if decoder is None:
-            out, e = model.predict(maps), None
+            out, e = model.greedy(maps), None
         else:
             out, e = decode(model, maps, circuit, decoder, num_candidates=num_candidates, generator=generator)
         out, i = accelerator.gather_for_metrics((out, i))
@@ -224,7 +200,7 @@ class WarcraftExperiment(Experiment[WarcraftConfig]):
 
     def fidelity_inputs(self, model: nn.Module, test: WarcraftData, n_examples: int) -> tuple[Any, Tensor, str]:
         """The CNN-LSTM's engine on the first test maps; anchors = its own sampled edge vectors (eval mode)."""
-        if not isinstance(model, CNNLSTM):
+        if not model.autoregressive:
             raise ValueError("pseudosl fidelity needs an autoregressive model (lstm, lstm_psl); this checkpoint "
                              f"holds a {type(model).__name__}")
         if not 1 <= n_examples <= len(test):

@@ -1,0 +1,87 @@
+"""What the training loop trains: :class:`Objective`, and the constrained objective the experiments share.
+
+:class:`ConstrainedObjective` is the data term of the model (:meth:`~.structured.StructuredModel.fit`, e.g. the
+cross-entropy of the solution) plus ``weight x`` a constraint term chosen by configuration (:class:`ConstraintTerm`):
+
+* ``"sl"``: the semantic loss ``-log P_q(alpha)`` of a factorized model's logits;
+* ``"psl"``: the pseudo-semantic loss ``-log p~_y(alpha)`` of an autoregressive model around a sample ``y ~ p``
+  of the first ``examples`` examples of the batch (a cost knob), by the model's prefix-reusing engine.
+
+``forward`` returns ``(loss, parts)``: ``data`` (the data term), ``constraint`` (weight x SL/PSL, the term added to
+the loss) and the unweighted ``sl`` / ``psl`` (the harness logs and plots them per epoch).  Before
+``constraint_start_epoch`` (``constrained=False``) the loss is the data term alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from torch import Tensor, nn
+
+import pseudosl
+
+from .structured import StructuredModel
+
+__all__ = ["Objective", "ConstraintTerm", "ConstrainedObjective", "CONSTRAINT_LOSSES"]
+
+CONSTRAINT_LOSSES = ("sl", "psl")
+
+
+class Objective(nn.Module):
+    """A training objective: ``forward(*batch, constrained=bool)`` returns ``(loss, parts)``, ``parts`` mapping
+    names to detached scalars (logged in the progress bar); ``model`` is the module it trains (the one the harness
+    evaluates and saves).  Wrapping the loss in a module lets ``accelerator.prepare`` (DDP) see every parameter use."""
+
+    model: nn.Module
+
+
+@dataclass(frozen=True)
+class ConstraintTerm:
+    """``weight x`` the SL or the PSL (``loss``) of a circuit.  ``allowed(inputs)``: unit constraints from the
+    inputs (e.g. Sudoku's givens), or ``None``; ``condition``: condition on them instead of conjoining them;
+    ``examples``: the PSL on the first ``m`` examples of each batch (default: all)."""
+
+    loss: str
+    weight: float
+    examples: int | None = None
+    allowed: Callable[[Tensor], Tensor | None] | None = None
+    condition: bool = False
+
+    def __post_init__(self) -> None:
+        if self.loss not in CONSTRAINT_LOSSES:
+            raise ValueError(f"loss = {self.loss!r}: expected one of {', '.join(CONSTRAINT_LOSSES)}")
+
+
+class ConstrainedObjective(Objective):
+    """The data term + ``term.weight x`` (SL or PSL) of ``circuit`` (module docs); ``term = None``: the data term
+    alone.  ``augment(inputs, targets)``, if given, transforms every training batch (not in eval mode)."""
+
+    def __init__(self, model: StructuredModel, term: ConstraintTerm | None = None,
+                 circuit: pseudosl.Circuit | None = None, augment: Callable[[Tensor, Tensor], Any] | None = None) -> None:
+        super().__init__()
+        if (term is None) != (circuit is None):
+            raise ValueError("a constraint term needs its circuit, and a circuit its term: give both or neither")
+        if term is not None and (term.loss == "psl") != model.autoregressive:
+            raise ValueError(f"loss = {term.loss!r} on {'an autoregressive' if model.autoregressive else 'a factorized'} "
+                             f"{type(model).__name__}: the SL is for factorized models, the PSL for autoregressive ones")
+        self.model, self.circuit, self.term, self.augment = model, circuit, term, augment  # circuit: moves with it
+
+    def forward(self, inputs: Tensor, targets: Tensor, constrained: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
+        if self.augment is not None and self.training:
+            inputs, targets = self.augment(inputs, targets)
+        fit = self.model.fit(inputs, targets)
+        loss, parts = fit.loss, {"data": fit.loss.detach()}
+        term = self.term
+        if term is None or not constrained:  # a model without a constraint loss, or a warm-up epoch
+            return loss, parts
+        allowed = term.allowed or (lambda x: None)
+        if term.loss == "sl":
+            value = pseudosl.semantic_loss(self.circuit, fit.logits, allowed=allowed(inputs), condition=term.condition)
+        else:
+            m = term.examples or inputs.shape[0]
+            sample, engine = self.model.psl_inputs(fit, m)  # y ~ p(. | x) (train mode), then its local conditionals
+            value = pseudosl.pseudo_semantic_loss(engine, self.circuit, sample, allowed=allowed(inputs[:m]),
+                                                  condition=term.condition)
+        parts.update({"constraint": term.weight * value.detach(), term.loss: value.detach()})
+        return loss + term.weight * value, parts
