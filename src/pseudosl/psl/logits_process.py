@@ -7,7 +7,10 @@ Two modes, chosen by the constraint:
   when its state can no longer reach an accepting state in the tokens left (a *live* state when no
   ``max_new_tokens`` is given), so every prefix extends to a text the automaton accepts.  With
   ``eos_token_id`` the end-of-sequence token ends the text: it is masked in non-accepting states.  With
-  ``max_new_tokens`` the text also ends accepted when the tokens run out.  Beam search reorders and copies rows
+  ``max_new_tokens`` the text also ends accepted when the tokens run out.  The automaton reads the generated tokens
+  from its start state: the guarantee is on the continuation's own text (``decode(generated_ids)``), not on the
+  prompt's text joined to it -- a word the prompt begins and the continuation ends (prompt ``"... a B"``,
+  continuation ``"itch"``) is not seen.  Cut prompts at a word boundary where that matters.  Beam search reorders and copies rows
   between calls: each row's state follows its row (:class:`~pseudosl.psl.row_lineage.RowLineage`, ``O(R^3)``
   per call for ``R`` rows whatever the length).  A call costs a few gathers over ``(R, V)``, with no host
   synchronisation on a GPU.
