@@ -77,13 +77,20 @@ def tables(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=["gather", "catch-all"])
+def mask_path(request, monkeypatch):
+    """Both ways of spreading the values' biases over the tokens: one gather, or a catch-all column plus the rest."""
+    monkeypatch.setattr(automaton_mask, "GATHER_ABOVE", 0.0 if request.param == "gather" else 1.0)
+    return request.param
+
+
 SETTINGS = {"live": (None, None), "budget 4": (None, 4), "budget 2": (None, 2), "eos": (EOS, None),
             "eos, budget 4": (EOS, 4)}
 
 
 @pytest.mark.parametrize("setting", SETTINGS)
 @pytest.mark.parametrize("seed", range(4))
-def test_mask_equals_brute_force(seed, setting, tables):
+def test_mask_equals_brute_force(seed, setting, tables, mask_path):
     a, (eos, budget) = Automaton(seed), SETTINGS[setting]
 
     def make():
@@ -107,7 +114,7 @@ def test_mask_equals_brute_force(seed, setting, tables):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_rows_are_followed_through_reordering(seed, tables):
+def test_rows_are_followed_through_reordering(seed, tables, mask_path):
     """Rows are copied and shuffled within groups (beams of a prompt) between calls, as beam search does."""
     a, rng = Automaton(seed), np.random.default_rng(seed)
     groups, beams, steps = 3, 3, 7

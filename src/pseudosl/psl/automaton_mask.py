@@ -41,6 +41,9 @@ __all__ = ["AutomatonMask", "DENSE_ENTRIES", "reach_sets"]
 DENSE_ENTRIES = 1 << 22
 """Up to this many ``(state, value)`` pairs the destinations and each set's value masks are kept as dense tables on
 the device (32 MB of destinations at most); beyond, each call looks up its rows' exceptions."""
+GATHER_ABOVE = 0.25
+"""Above this share of the vocabulary outside the most common column, a mask is one gather of every token's column
+(token classes without a large catch-all); below it, one broadcast sum plus gathers of the other tokens."""
 
 
 def reach_sets(dfa: SparseDFA, usable: np.ndarray, *, at_most: bool,
@@ -89,6 +92,7 @@ class DeviceTables:
     usable: Tensor  # (k,) bool
     special_tokens: Tensor  # (n_special,) long: the tokens of every column but the most common one
     special_columns: Tensor  # (n_special,) long: their columns of the biases (value, or k for an EOS token)
+    columns: Tensor  # (V,) long: every token's column of the biases
     delta: Tensor | None = None  # (n_states, k) long, the dense table, when it has <= DENSE_ENTRIES entries
 
 
@@ -137,7 +141,7 @@ class AutomatonMask:
         self._host = dict(default=dfa.default, row_of=dfa.row_of,
                           keys=exceptions[:, 0] * dfa.n_values + exceptions[:, 1], dest=exceptions[:, 2],
                           lookup=None if vm is None else lookup, sets=sets, accepting=accepting, usable=usable,
-                          special_tokens=special, special_columns=column[special])
+                          special_tokens=special, special_columns=column[special], columns=column)
         self._tables: dict[torch.device, DeviceTables] = {}
         self._biases: dict[tuple[torch.device, torch.dtype, int], tuple[Tensor, Tensor]] = {}
 
@@ -203,7 +207,9 @@ class AutomatonMask:
         """``scores (R, V)`` plus ``-inf`` at the tokens banned in rows at ``states (R,)`` after ``generated`` tokens.
 
         Every token of the most common column (the catch-all value of a folded vocabulary) gets its column's bias
-        in one broadcast sum over ``(R, V)``, the other tokens theirs by gathers over ``(R, n_special)``.  With the
+        in one broadcast sum over ``(R, V)``, the other tokens theirs by gathers over ``(R, n_special)``; when those
+        are more than a quarter of the vocabulary (token classes without a large catch-all, e.g.
+        :func:`pseudosl.no_forbidden_words`), one gather of every token's column over ``(R, V)`` is cheaper.  With the
         dense tables the biases of every state are computed once per recurring set ``S_j`` (and dtype) and a call
         gathers its rows; a set met once per generation (before the sequence cycles) is computed for the rows.
         """
@@ -218,6 +224,8 @@ class AutomatonMask:
             bias = self._biases[key][states]
         else:
             bias = self.bias_rows(tab, states, set_index, scores.dtype)  # (R, k + 1)
+        if tab.special_tokens.numel() > GATHER_ABOVE * scores.shape[1]:  # no large catch-all: one gather
+            return scores + bias.index_select(1, tab.columns)
         out = scores + bias[:, self.common_column, None]
         special = scores.index_select(1, tab.special_tokens) + bias.index_select(1, tab.special_columns)
         return out.index_copy_(1, tab.special_tokens, special)
