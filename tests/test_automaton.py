@@ -12,7 +12,7 @@ import oracle
 from conftest import ATOL64
 from checks import assert_matches_oracle, random_log_weights
 from pseudosl import DFA, compile_automaton
-from pseudosl.logic.automaton import forbidden_words_dfa
+from pseudosl.logic.automaton import forbidden_sequences_dfa
 
 
 @st.composite
@@ -54,7 +54,7 @@ def test_random_dfa_matches_oracle(dfa, n, seed):
 def test_forbidden_words_match_oracle(k_words, n, seed):
     k, words = k_words
     truth = oracle.truth_of(lambda y: not any(occurs(w, y) for w in words), n, k)
-    dfa = forbidden_words_dfa(words, k)
+    dfa = forbidden_sequences_dfa(words, k)
     for y in oracle.assignments(n, k)[:50]:
         assert dfa.accepts(y) == (not any(occurs(w, y) for w in words))
     c = compile_automaton(dfa, n, cache=False)
@@ -64,25 +64,25 @@ def test_forbidden_words_match_oracle(k_words, n, seed):
 
 def test_aho_corasick_overlaps():
     a, b = 0, 1
-    dfa = forbidden_words_dfa([[a, b], [b, a, b]], n_values=3)
+    dfa = forbidden_sequences_dfa([[a, b], [b, a, b]], n_values=3)
     assert not dfa.accepts([b, a, b])  # contains "ab" too, caught at the same step
-    dfa = forbidden_words_dfa([[b, a, b], [a, a]], n_values=3)
+    dfa = forbidden_sequences_dfa([[b, a, b], [a, a]], n_values=3)
     assert not dfa.accepts([b, b, a, b])  # failure link from "bb" back to "b"
     assert dfa.accepts([b, a, 2, b, a, 2])
     assert not dfa.accepts([2, a, a])
-    dfa = forbidden_words_dfa([[a, b, a, b, 2], [b, a, b, b]], n_values=3)
+    dfa = forbidden_sequences_dfa([[a, b, a, b, 2], [b, a, b, b]], n_values=3)
     assert not dfa.accepts([a, b, a, b, b])  # "babb" inside a failed attempt at "abab2"
     assert dfa.accepts([a, b, a, b, a])
     # a long word containing a short forbidden one adds no live state beyond the short one
-    dfa = forbidden_words_dfa([[a], [b, a, b]], n_values=3)
+    dfa = forbidden_sequences_dfa([[a], [b, a, b]], n_values=3)
     assert not dfa.accepts([b, a]) and dfa.accepts([b, b, 2])
 
 
 def test_catch_all_value_folding():
     # values 2..9 occur in no word: fold them into one value and the circuit is exact
     words = [[0, 1], [1, 1, 0]]
-    full = compile_automaton(forbidden_words_dfa(words, 10), 4, cache=False)
-    folded = compile_automaton(forbidden_words_dfa(words, 3), 4, cache=False)
+    full = compile_automaton(forbidden_sequences_dfa(words, 10), 4, cache=False)
+    folded = compile_automaton(forbidden_sequences_dfa(words, 3), 4, cache=False)
     x = random_log_weights(3, 2, 4, 10, normalised=True)
     x_folded = torch.cat([x[..., :2], x[..., 2:].logsumexp(-1, keepdim=True)], -1)
     torch.testing.assert_close(full.log_prob(x), folded.log_prob(x_folded), atol=ATOL64, rtol=0)
@@ -128,13 +128,13 @@ def test_transition_and_word_errors():
     with pytest.raises(ValueError, match="dst state 3"):
         DFA.from_transitions(2, 2, 0, {0}, [(0, 1, 3)])
     with pytest.raises(ValueError, match="empty"):
-        forbidden_words_dfa([[0], []], 2)
+        forbidden_sequences_dfa([[0], []], 2)
     with pytest.raises(ValueError, match="outside 0..1"):
-        forbidden_words_dfa([[0, 2]], 2)
+        forbidden_sequences_dfa([[0, 2]], 2)
     with pytest.raises(TypeError, match="DFA"):
         compile_automaton("not a dfa", 3)
     with pytest.raises(ValueError, match="n_positions"):
-        compile_automaton(forbidden_words_dfa([[0]], 2), 0, cache=False)
+        compile_automaton(forbidden_sequences_dfa([[0]], 2), 0, cache=False)
 
 
 def test_the_old_compile_no_forbidden_words_warns_and_names_its_replacement():
@@ -142,6 +142,17 @@ def test_the_old_compile_no_forbidden_words_warns_and_names_its_replacement():
 
     with pytest.warns(DeprecationWarning, match="use pseudosl.no_forbidden_sequences"):
         old = no_forbidden_words([[0, 1]], 4, 3, cache=False)
-    new = compile_automaton(forbidden_words_dfa([[0, 1]], 3), 4, cache=False)
+    new = compile_automaton(forbidden_sequences_dfa([[0, 1]], 3), 4, cache=False)
     x = random_log_weights(0, 2, 4, 3, normalised=True)
     torch.testing.assert_close(old.log_prob(x), new.log_prob(x), atol=ATOL64, rtol=0)
+
+
+@pytest.mark.parametrize("old, new", [("forbidden_words_dfa", "forbidden_sequences_dfa"),
+                                      ("forbidden_words_sparse_dfa", "forbidden_sequences_sparse_dfa")])
+def test_the_old_forbidden_words_automata_names_warn_and_build_the_same_automaton(old, new):
+    import pseudosl.logic.automaton as automaton
+
+    with pytest.warns(DeprecationWarning, match=f"use pseudosl.logic.automaton.{new} "):
+        got = getattr(automaton, old)([[0, 1], [2]], 4)
+    want = getattr(automaton, new)([[0, 1], [2]], 4)
+    assert got.key() == want.key()

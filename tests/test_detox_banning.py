@@ -1,10 +1,11 @@
 """Word banning through Hugging Face ``generate``: a tiny GPT-2 biased towards the forbidden tokens
 emits them constantly without banning and never completes a banned sequence with it."""
 
+import pytest
 import torch
 
 from detox_tokenizer import biased_gpt2, tiny_tokenizer
-from pseudosl.experiments.detox.banning import bad_words_ids, banned_generate_kwargs
+from pseudosl.experiments.detox.banning import banned_generate_kwargs
 from pseudosl.experiments.detox.constraint import contains_forbidden, forbidden_sequences
 
 WORDS = ["darn", "heck", "frickin", "brown dog", "xyzzy"]
@@ -19,8 +20,7 @@ def _samples(model, tok, n: int, **kwargs) -> list[list[int]]:
 
 def test_bad_words_ids_both_spellings():
     tok = tiny_tokenizer()
-    ids = bad_words_ids(tok, WORDS)
-    assert ids == forbidden_sequences(tok, WORDS)
+    ids = forbidden_sequences(tok, WORDS)
     for w in WORDS:
         assert tok.encode(w, add_special_tokens=False) in ids and tok.encode(" " + w, add_special_tokens=False) in ids
     assert banned_generate_kwargs(tok, WORDS) == {"bad_words_ids": ids}
@@ -28,7 +28,7 @@ def test_bad_words_ids_both_spellings():
 
 def test_banning_never_emits_a_banned_sequence():
     tok = tiny_tokenizer()
-    banned = bad_words_ids(tok, WORDS)
+    banned = forbidden_sequences(tok, WORDS)
     assert any(len(s) > 1 for s in banned) and any(len(s) == 1 for s in banned)
     model = biased_gpt2(len(tok), sorted({t for s in banned for t in s}))
     torch.manual_seed(1)
@@ -40,3 +40,12 @@ def test_banning_never_emits_a_banned_sequence():
     # the multi-token words' first tokens are still emitted (banning is per sequence, not per token)
     firsts = {s[0] for s in banned if len(s) > 1} - {s[0] for s in banned if len(s) == 1}
     assert any(t in firsts for s in kept for t in s)
+
+
+def test_the_old_bad_words_ids_name_warns_and_returns_forbidden_sequences():
+    from pseudosl.experiments.detox.banning import bad_words_ids
+
+    tok = tiny_tokenizer()
+    with pytest.warns(DeprecationWarning, match="use pseudosl.experiments.detox.constraint.forbidden_sequences"):
+        old = bad_words_ids(tok, WORDS)
+    assert old == forbidden_sequences(tok, WORDS)

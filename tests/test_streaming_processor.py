@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import pseudosl
-from pseudosl.logic.automaton import DFA, SparseDFA, forbidden_words_dfa
+from pseudosl.logic.automaton import DFA, SparseDFA, forbidden_sequences_dfa
 from pseudosl.logic.errors import UnsatisfiableError
 from pseudosl.psl import automaton_mask
 from pseudosl.psl.constraint import AutomatonConstraint, ValueMap
@@ -148,7 +148,7 @@ def test_row_lineage_finds_an_equal_parent():
 # -- checks --------------------------------------------------------------------------------------------
 def words_constraint() -> AutomatonConstraint:
     """No token 3, no 4 4 (tokens 3, 4 are values 0, 1; the rest value 2)."""
-    return AutomatonConstraint(SparseDFA.from_dense(forbidden_words_dfa([[0], [1, 1]], 3)), ValueMap([3, 4], V))
+    return AutomatonConstraint(SparseDFA.from_dense(forbidden_sequences_dfa([[0], [1, 1]], 3)), ValueMap([3, 4], V))
 
 
 @pytest.mark.parametrize("make", [lambda p: pseudosl.ConstraintLogitsProcessor(words_constraint(), prompt_length=p),

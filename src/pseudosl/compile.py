@@ -23,7 +23,7 @@ from typing import Sequence
 
 from .cache import cached_circuit
 from .circuit import Circuit
-from .logic.automaton import DFA, SparseDFA, forbidden_words_sparse_dfa
+from .logic.automaton import DFA, SparseDFA, forbidden_sequences_sparse_dfa
 from .logic.automaton_circuit import automaton_dag
 from .logic.categorical import FALSE, CatFormula, categorical_dag
 from .logic.cnf import cnf_formula, normalize_clauses, parse_dimacs
@@ -223,16 +223,16 @@ def no_forbidden_words(words: Sequence[Sequence[int]], n_positions: int, n_value
     """Deprecated: ``pseudosl.no_forbidden_sequences`` (token-id sequences over a vocabulary, folded) replaces it.
 
     The circuit over ``n_positions`` positions with ``n_values`` values in which no sequence of ``words`` occurs,
-    i.e. ``compile_automaton(forbidden_words_dfa(words, n_values), n_positions)``.  The name now belongs to
+    i.e. ``compile_automaton(forbidden_sequences_dfa(words, n_values), n_positions)``.  The name now belongs to
     :func:`pseudosl.no_forbidden_words`, which forbids words in decoded text.
     """
     warnings.warn("pseudosl.compile.no_forbidden_words is deprecated: use pseudosl.no_forbidden_sequences for "
-                  "token-id sequences (or compile_automaton(forbidden_words_dfa(words, n_values), n_positions) for "
+                  "token-id sequences (or compile_automaton(forbidden_sequences_dfa(words, n_values), n_positions) for "
                   "a bare circuit); pseudosl.no_forbidden_words now forbids words in decoded text",
                   DeprecationWarning, stacklevel=2)
     n_positions = check_int("n_positions", n_positions, low=1)
-    return compile_automaton(forbidden_words_sparse_dfa(words, n_values, max_edges=max_edges), n_positions, cache=cache,
-                             max_edges=max_edges)
+    return compile_automaton(forbidden_sequences_sparse_dfa(words, n_values, max_edges=max_edges), n_positions,
+                             cache=cache, max_edges=max_edges)
 
 
 _VARS_COST = " (a circuit holds two leaves per variable and smooths every root over all of them)"

@@ -35,7 +35,6 @@ harness owns everything else, the same for every experiment:
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import platform
@@ -55,8 +54,8 @@ from .experiment import Experiment, Splits
 from .loop import evaluate_model, save, seed_all, train_run
 from .runs import (LOCK, MANIFEST, atomic_path, check_identity, check_manifest, check_out_folder, run_dirs,
                    run_lock, watch_parent, write_manifest)
-from .summary import (format_findings, format_table, model_label, paired_comparisons, row_key, selection_reason,
-                      selection_score, summarize, unit)
+from .summary import (fill_decoder_labels, format_findings, format_table, model_label, paired_comparisons, row_key,
+                      selection_reason, selection_score, summarize, unit)
 
 __all__ = ["Experiment", "Splits", "train", "train_run", "run_folder", "evaluate_checkpoints", "summarize",
            "format_table", "load_checkpoint", "make_accelerator", "CheckpointError", "model_label",
@@ -137,22 +136,13 @@ def _rows(runs: list[dict], models: list[str]) -> tuple[list[dict], list[str]]:
 
 def _tables(exp: Experiment, cfg: RunConfig, runs: list[dict], models: list[str], title: str) -> dict:
     """Summary, paired comparisons and the text of the table for ``runs`` (one config)."""
-    exp = _with_decoder_labels(exp, cfg)
+    labels = fill_decoder_labels(exp.decoders, cfg.to_dict())  # "resample {resample_candidates}" -> "resample 16"
     records, rows = _rows(runs, models)
     summary = summarize(records, exp.metrics, rows)
     comparisons = paired_comparisons(exp, records, rows)
-    findings = format_findings(exp, comparisons, records, cfg.note, exp.selection_order(cfg))
+    findings = format_findings(exp, comparisons, records, cfg.note, exp.selection_order(cfg), labels)
     return {"summary": summary, "comparisons": comparisons, "findings": findings,
-            "text": format_table(exp, summary, title) + ("\n\n" + findings if findings else "")}
-
-
-def _with_decoder_labels(exp: Experiment, cfg: RunConfig) -> Experiment:
-    """``exp`` with its decoder labels filled from ``cfg``: ``"resample {resample_candidates}"`` -> ``"resample 16"``."""
-    if not any("{" in label for label in exp.decoders.values()):
-        return exp
-    view = copy.copy(exp)
-    view.decoders = {d: label.format(**cfg.to_dict()) for d, label in exp.decoders.items()}
-    return view
+            "text": format_table(exp, summary, title, labels) + ("\n\n" + findings if findings else "")}
 
 
 def _machine() -> dict:

@@ -18,7 +18,7 @@ extra decoder of ``cfg.decoders`` evaluated on the same checkpoint (:func:`row_k
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -27,8 +27,8 @@ from .config import RunConfig, split_model
 from .experiment import Experiment
 
 __all__ = ["summarize", "paired_comparisons", "student_t_quantile", "verdict", "selection_score",
-           "selection_reason", "format_table", "format_comparisons", "format_findings", "format_report", "model_label", "unit",
-           "row_key", "split_row", "VERDICTS", "VERDICT_WORDS"]
+           "selection_reason", "format_table", "format_comparisons", "format_findings", "format_report", "fill_decoder_labels",
+           "model_label", "unit", "row_key", "split_row", "VERDICTS", "VERDICT_WORDS"]
 
 VERDICTS = ("beats its base beyond the 95 % interval", "not distinguishable from its base",
             "worse than its base beyond the 95 % interval")
@@ -46,13 +46,29 @@ def split_row(key: str) -> tuple[str, str | None]:
     return model, decoder or None
 
 
-def model_label(exp: Experiment, spec: str) -> str:
-    """Table label of a row: ``"RNN + PSL (psl_weight=0.01)"``, ``"RNN + PSL + constrained"``."""
+def fill_decoder_labels(templates: Mapping[str, str], fields: Mapping[str, Any]) -> dict[str, str]:
+    """Decoder row labels with their config fields filled: ``{"resample": "resample {resample_candidates}"}``
+    and ``{"resample_candidates": 16}`` -> ``{"resample": "resample 16"}``.
+
+    Example:
+        >>> fill_decoder_labels({"resample": "resample {resample_candidates}", "greedy": "greedy"},
+        ...                     {"resample_candidates": 16})
+        {'resample': 'resample 16', 'greedy': 'greedy'}
+    """
+    return {name: label.format(**fields) if "{" in label else label for name, label in templates.items()}
+
+
+def model_label(exp: Experiment, spec: str, decoder_labels: Mapping[str, str] | None = None) -> str:
+    """Table label of a row: ``"RNN + PSL (psl_weight=0.01)"``, ``"RNN + PSL + constrained"``.
+
+    ``decoder_labels`` (decoder name -> label suffix, e.g. from :func:`fill_decoder_labels`) defaults to
+    ``exp.decoders``, whose labels may still hold ``{field}`` templates."""
     model, decoder = split_row(spec)
     base, overrides = split_model(model)
     label = exp.labels.get(base, base)
     label += " (" + ", ".join(f"{k}={v}" for k, v in overrides.items()) + ")" if overrides else ""
-    return label + (f" + {exp.decoders.get(decoder, decoder)}" if decoder else "")
+    suffixes = exp.decoders if decoder_labels is None else decoder_labels
+    return label + (f" + {suffixes.get(decoder, decoder)}" if decoder else "")
 
 
 def unit(exp: Experiment, metric: str) -> str:
@@ -187,11 +203,12 @@ def _cell(row: dict, m: str) -> str:
     return f"{text + (f' ({n}/{total})' if n < total else ''):>18}"
 
 
-def format_table(exp: Experiment, summary: dict, title: str) -> str:
+def format_table(exp: Experiment, summary: dict, title: str, decoder_labels: Mapping[str, str] | None = None) -> str:
     """Row × metric (mean ± std over seeds; ``(n/N)`` where a metric is defined on n of N seeds, ``–`` on
-    none), then the paper's values where it reports them (greedy rows only: an extra decoder's row has none)."""
+    none), then the paper's values where it reports them (greedy rows only: an extra decoder's row has none).
+    ``decoder_labels``: as in :func:`model_label`."""
     paper_cols = [m for m in exp.metrics if any(m in p for p in exp.paper.values())]
-    w = max([16] + [len(model_label(exp, name)) + 2 for name in summary])  # model variants have long labels
+    w = max([16] + [len(model_label(exp, name, decoder_labels)) + 2 for name in summary])  # variants: long labels
     head = f"{'Model':<{w}}" + "".join(f"{(m + ' ' + unit(exp, m)).strip():>18}" for m in exp.metrics) + "".join(
         f"{'paper ' + m:>18}" for m in paper_cols) + f"{'seeds':>7}"
     lines = [title, head, "-" * len(head)]
@@ -200,7 +217,7 @@ def format_table(exp: Experiment, summary: dict, title: str) -> str:
         model, decoder = split_row(name)
         paper = exp.paper.get(split_model(model)[0], {}) if decoder is None else {}  # the paper decodes greedily
         paper_cells = "".join(f"{paper[m]:>18.2f}" if m in paper else f"{'':>18}" for m in paper_cols)
-        lines.append(f"{model_label(exp, name):<{w}}{cells}{paper_cells}{len(row['seeds']):>7}")
+        lines.append(f"{model_label(exp, name, decoder_labels):<{w}}{cells}{paper_cells}{len(row['seeds']):>7}")
     return "\n".join(lines)
 
 
@@ -208,11 +225,12 @@ VERDICT_WORDS = {VERDICTS[0]: "better", VERDICTS[1]: "n.d.", VERDICTS[2]: "worse
 COMPARISON_COLUMNS = 6  # metrics per comparison table (more metrics: several tables, so lines stay readable)
 
 
-def format_comparisons(exp: Experiment, comparisons: list[dict]) -> str:
+def format_comparisons(exp: Experiment, comparisons: list[dict],
+                       decoder_labels: Mapping[str, str] | None = None) -> str:
     """A table of the paired comparisons: a line per row and its base, a cell per metric with the mean paired
     difference, its 95 % interval and the verdict in a word (:data:`VERDICT_WORDS`); ``(n=..)`` where a metric
     is paired on fewer seeds than the line's others, no interval with one paired seed, ``–`` where a metric
-    is not compared."""
+    is not compared.  ``decoder_labels``: as in :func:`model_label`."""
     if not comparisons:
         return ""
     metrics = list(dict.fromkeys(c["metric"] for c in comparisons))
@@ -243,7 +261,8 @@ def format_comparisons(exp: Experiment, comparisons: list[dict]) -> str:
         for (row, base), cs in pairs.items():
             if any(m in cs for m in cols):
                 n = max(c["n"] for c in cs.values())
-                lines.append([f"{model_label(exp, row)} vs {model_label(exp, base)}", str(n),
+                label = f"{model_label(exp, row, decoder_labels)} vs {model_label(exp, base, decoder_labels)}"
+                lines.append([label, str(n),
                               *(cell(cs.get(m), n) for m in cols)])
         widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
         blocks.append("\n".join("  ".join(f"{t:<{w}}" if i == 0 else f"{t:>{w}}"
@@ -267,16 +286,18 @@ def _format_selection(exp: Experiment, runs: list[dict], order: list[str]) -> st
 
 
 def format_findings(exp: Experiment, comparisons: list[dict], runs: list[dict], note: str = "",
-                    selection_order: list[str] | None = None) -> str:
+                    selection_order: list[str] | None = None, decoder_labels: Mapping[str, str] | None = None) -> str:
     """What follows the table in ``table.txt``: the paired comparisons, how checkpoints were selected (runs with
-    ``selected_on``; ``selection_order`` names the validation metrics in order), the preset's note."""
-    parts = [format_comparisons(exp, comparisons), _format_selection(exp, runs, selection_order or []),
+    ``selected_on``; ``selection_order`` names the validation metrics in order), the preset's note.
+    ``decoder_labels``: as in :func:`model_label`."""
+    parts = [format_comparisons(exp, comparisons, decoder_labels), _format_selection(exp, runs, selection_order or []),
              " ".join(note.split())]
     return "\n\n".join(p for p in parts if p)
 
 
 def format_report(exp: Experiment, summary: dict, comparisons: list[dict], runs: list[dict], title: str,
-                  note: str = "", selection_order: list[str] | None = None) -> str:
+                  note: str = "", selection_order: list[str] | None = None,
+                  decoder_labels: Mapping[str, str] | None = None) -> str:
     """The text of ``table.txt``: the table (:func:`format_table`), then :func:`format_findings`."""
-    findings = format_findings(exp, comparisons, runs, note, selection_order)
-    return format_table(exp, summary, title) + ("\n\n" + findings if findings else "")
+    findings = format_findings(exp, comparisons, runs, note, selection_order, decoder_labels)
+    return format_table(exp, summary, title, decoder_labels) + ("\n\n" + findings if findings else "")

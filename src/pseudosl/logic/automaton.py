@@ -11,11 +11,11 @@ position over the values grouped by destination:
     node(s, n) = TRUE if s is accepting else FALSE
     node(s, t) = OR_{d} ( [y_t in {c : delta[s, c] = d}]  AND  node(d, t + 1) )
 
-:func:`forbidden_words_sparse_dfa` builds the Aho--Corasick automaton that accepts exactly
-the sequences containing none of a set of forbidden words (:func:`forbidden_words_dfa`: as a table).
+:func:`forbidden_sequences_sparse_dfa` builds the Aho--Corasick automaton that accepts exactly
+the sequences containing none of a set of forbidden sequences (:func:`forbidden_sequences_dfa`: as a table).
 
 Example:
-    >>> dfa = forbidden_words_dfa([[0, 1]], n_values=2)     # never "0 then 1"
+    >>> dfa = forbidden_sequences_dfa([[0, 1]], n_values=2)     # never "0 then 1"
     >>> dfa.accepts([1, 1, 0, 0]), dfa.accepts([1, 0, 1])
     (True, False)
 """
@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -32,7 +33,7 @@ import numpy as np
 from .builder import CircuitBuilder
 from .errors import DEFAULT_MAX_EDGES, check_int, check_limit
 
-__all__ = ["DFA", "SparseDFA", "automaton_node", "forbidden_words_dfa", "forbidden_words_sparse_dfa"]
+__all__ = ["DFA", "SparseDFA", "automaton_node", "forbidden_sequences_dfa", "forbidden_sequences_sparse_dfa"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -349,7 +350,7 @@ def _groups(dfa: DFA) -> list[list[tuple[int, tuple[int, ...]]]]:
     return groups
 
 
-def forbidden_words_sparse_dfa(words: Sequence[Sequence[int]], n_values: int, *,
+def forbidden_sequences_sparse_dfa(words: Sequence[Sequence[int]], n_values: int, *,
                                max_edges: int | None = DEFAULT_MAX_EDGES) -> SparseDFA:
     """Aho--Corasick automaton accepting the sequences in which no word of ``words`` occurs contiguously.
 
@@ -367,14 +368,14 @@ def forbidden_words_sparse_dfa(words: Sequence[Sequence[int]], n_values: int, *,
             allocating them (``None``: no limit).
 
     Example:
-        >>> dfa = forbidden_words_sparse_dfa([[0, 1], [2]], n_values=4)
+        >>> dfa = forbidden_sequences_sparse_dfa([[0, 1], [2]], n_values=4)
         >>> dfa.n_states, dfa.n_exceptions, dfa.accepts([1, 0, 0, 3]), dfa.accepts([3, 0, 1])
         (3, 1, True, False)
     """
     n_values = check_int("n_values", n_values, low=2)
     goto, terminal = _trie(words, n_values)
     n = len(goto)
-    check_limit(f"forbidden_words_sparse_dfa: two default rows of {n_values:,} values hold entries numbering",
+    check_limit(f"forbidden_sequences_sparse_dfa: two default rows of {n_values:,} values hold entries numbering",
                 2 * n_values, max_edges, "max_edges", " (fold the values that occur in no word into one catch-all "
                 "value first)")
     root = np.zeros(n_values, dtype=np.int64)
@@ -399,14 +400,14 @@ def forbidden_words_sparse_dfa(words: Sequence[Sequence[int]], n_values: int, *,
     remap[alive] = np.arange(dead)
     default = np.stack([remap[root], np.full(n_values, dead)])
     triples = [(i, c, remap[d]) for i, s in enumerate(alive) for c, d in exc[s].items() if remap[d] != default[0, c]]
-    check_limit("forbidden_words_sparse_dfa: the exceptions number", len(triples), max_edges, "max_edges")
+    check_limit("forbidden_sequences_sparse_dfa: the exceptions number", len(triples), max_edges, "max_edges")
     return SparseDFA(dead + 1, n_values, 0, frozenset(range(dead)), default,
                      np.array(triples, dtype=np.int64).reshape(-1, 3), row_of=[0] * dead + [1])
 
 
-def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int, *,
+def forbidden_sequences_dfa(words: Sequence[Sequence[int]], n_values: int, *,
                         max_edges: int | None = DEFAULT_MAX_EDGES) -> DFA:
-    """:func:`forbidden_words_sparse_dfa` as a dense table (``states x values``; refused above ``max_edges``
+    """:func:`forbidden_sequences_sparse_dfa` as a dense table (``states x values``; refused above ``max_edges``
     entries, before it is allocated: ``None`` for no limit).
 
     For a large vocabulary (e.g. GPT-2 tokens) fold every value that occurs in no word into
@@ -414,15 +415,37 @@ def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int, *,
     the automaton to its start, so the folded circuit is exact and stays small.
 
     Example:
-        >>> forbidden_words_dfa([[0, 1]], n_values=2).delta.tolist()     # never "0 then 1"; state 2 is dead
+        >>> forbidden_sequences_dfa([[0, 1]], n_values=2).delta.tolist()     # never "0 then 1"; state 2 is dead
         [[1, 0], [1, 2], [2, 2]]
     """
     n_values = check_int("n_values", n_values, low=2)
     n_states = len(_trie(words, n_values)[0])  # the table has at most this many states, dead one included
-    check_limit(f"forbidden_words_dfa: {n_states:,} trie states x {n_values:,} values make a transition table with "
+    check_limit(f"forbidden_sequences_dfa: {n_states:,} trie states x {n_values:,} values make a transition table with "
                 f"entries numbering", n_states * n_values, max_edges, "max_edges",
                 " (fold the values that occur in no word into one catch-all value first)")
-    return forbidden_words_sparse_dfa(words, n_values, max_edges=None).to_dense(max_entries=None)
+    return forbidden_sequences_sparse_dfa(words, n_values, max_edges=None).to_dense(max_entries=None)
+
+
+def forbidden_words_sparse_dfa(words: Sequence[Sequence[int]], n_values: int, *,
+                               max_edges: int | None = DEFAULT_MAX_EDGES) -> SparseDFA:
+    """Deprecated name of :func:`forbidden_sequences_sparse_dfa` (same arguments, same automaton).
+
+    "Words" here meant symbol sequences; :func:`pseudosl.no_forbidden_words` forbids words of decoded text."""
+    warnings.warn("pseudosl.logic.automaton.forbidden_words_sparse_dfa is deprecated: use "
+                  "pseudosl.logic.automaton.forbidden_sequences_sparse_dfa (same arguments)",
+                  DeprecationWarning, stacklevel=2)
+    return forbidden_sequences_sparse_dfa(words, n_values, max_edges=max_edges)
+
+
+def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int, *,
+                        max_edges: int | None = DEFAULT_MAX_EDGES) -> DFA:
+    """Deprecated name of :func:`forbidden_sequences_dfa` (same arguments, same table).
+
+    "Words" here meant symbol sequences; :func:`pseudosl.no_forbidden_words` forbids words of decoded text."""
+    warnings.warn("pseudosl.logic.automaton.forbidden_words_dfa is deprecated: use "
+                  "pseudosl.logic.automaton.forbidden_sequences_dfa (same arguments)",
+                  DeprecationWarning, stacklevel=2)
+    return forbidden_sequences_dfa(words, n_values, max_edges=max_edges)
 
 
 def _trie(words: Sequence[Sequence[int]], n_values: int) -> tuple[list[dict[int, int]], list[bool]]:

@@ -33,8 +33,8 @@ time; :class:`~.dag.Dag` still validates smoothness and decomposability, and the
 by enumeration (``tests/test_automaton_circuit.py``).
 
 Example:
-    >>> from pseudosl.logic.automaton import forbidden_words_sparse_dfa
-    >>> dfa = forbidden_words_sparse_dfa([[0, 1], [2]], n_values=4)   # never "0 1", never "2"
+    >>> from pseudosl.logic.automaton import forbidden_sequences_sparse_dfa
+    >>> dfa = forbidden_sequences_sparse_dfa([[0, 1], [2]], n_values=4)   # never "0 1", never "2"
     >>> dag = automaton_dag(dfa, 5)
     >>> dag.evaluate([[1, 0, 0, 3, 1], [0, 1, 3, 3, 3]])[:, 0].tolist()
     [True, False]

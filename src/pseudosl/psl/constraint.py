@@ -34,7 +34,7 @@ from torch import Tensor
 from .. import _validation
 from ..circuit import Circuit
 from ..compile import compile_automaton
-from ..logic.automaton import SparseDFA, forbidden_words_sparse_dfa
+from ..logic.automaton import SparseDFA, forbidden_sequences_sparse_dfa
 from ..logic.errors import check_int
 from ..losses import constraint_log_prob
 from .neighbours import check_sample
@@ -341,7 +341,7 @@ def no_forbidden_sequences(sequences: Sequence[Sequence[int]], n_positions: int,
     index = {t: v for v, t in enumerate(tokens)} if value_map is not None else {t: t for t in tokens}
     n_values = value_map.n_values if value_map is not None else vocab_size
     start = time.perf_counter()
-    dfa = forbidden_words_sparse_dfa([[index[t] for t in s] for s in fits], n_values)
+    dfa = forbidden_sequences_sparse_dfa([[index[t] for t in s] for s in fits], n_values)
     circuit = compile_automaton(dfa, n_positions, cache=cache)
     stats = dict(n_sequences=len(seqs), n_too_long=len(seqs) - len(fits), n_tokens=len(tokens),
                  n_states=dfa.n_states, nodes=circuit.n_nodes, edges=circuit.n_edges,

@@ -14,18 +14,23 @@ Usage (any Hugging Face tokenizer and causal LM)::
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Sequence
 
 from .constraint import forbidden_sequences
 
-__all__ = ["bad_words_ids", "banned_generate_kwargs"]
-
-
-def bad_words_ids(tokenizer: Any, words: Sequence[str]) -> list[list[int]]:
-    """The token sequences to ban: each word without and with a leading space, deduplicated."""
-    return forbidden_sequences(tokenizer, words)
+__all__ = ["banned_generate_kwargs"]
 
 
 def banned_generate_kwargs(tokenizer: Any, words: Sequence[str]) -> dict[str, Any]:
-    """Keyword arguments for ``model.generate`` that ban every word of ``words`` (``{"bad_words_ids": ...}``)."""
-    return {"bad_words_ids": bad_words_ids(tokenizer, words)}
+    """Keyword arguments for ``model.generate`` that ban every word of ``words``: ``{"bad_words_ids": ...}``, the
+    token sequences of :func:`~pseudosl.experiments.detox.constraint.forbidden_sequences`."""
+    return {"bad_words_ids": forbidden_sequences(tokenizer, words)}
+
+
+def bad_words_ids(tokenizer: Any, words: Sequence[str]) -> list[list[int]]:
+    """Deprecated duplicate of :func:`~pseudosl.experiments.detox.constraint.forbidden_sequences` (same result)."""
+    warnings.warn("pseudosl.experiments.detox.banning.bad_words_ids is deprecated: use "
+                  "pseudosl.experiments.detox.constraint.forbidden_sequences (same arguments, same sequences)",
+                  DeprecationWarning, stacklevel=2)
+    return forbidden_sequences(tokenizer, words)
