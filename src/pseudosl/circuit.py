@@ -77,8 +77,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from . import _validation, inputs, memory, semirings, torchcompile
-from .inputs import apply_allowed, check_root
+from . import checks, memory, semirings, torchcompile
+from .checks import apply_allowed, check_root
 from .logic.dag import Dag, LayerPlan
 from .logic.errors import DEFAULT_MAX_VARS, check_int
 
@@ -170,8 +170,8 @@ class Circuit(nn.Module):
         self.register_buffer("root_rows", torch.as_tensor(plan.roots, dtype=torch.long), persistent=False)
         self._root_slots: list[int] = [int(r) for r in plan.roots]
         # values per batch row: the node buffer and the largest gather of a pass; the weights kept for going down
-        self._pass_slots = plan.n_slots + max((c * e * a for _, c, e, a in self._meta), default=0)
-        self._kept_slots = sum(c * e for _, c, e, _ in self._meta if e > 1)
+        self._memory = memory.PassPlanner(plan.n_slots + max((c * e * a for _, c, e, a in self._meta), default=0),
+                                          sum(c * e for _, c, e, _ in self._meta if e > 1))
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -254,12 +254,12 @@ class Circuit(nn.Module):
     def validates(self, x: Tensor) -> bool:
         """Whether the value checks on ``x`` run (see :attr:`validate_inputs`)."""
         if self.validate_inputs is None:
-            return _validation.reads_values(x)
+            return checks.reads_values(x)
         return self.validate_inputs
 
     def _check_shape(self, x: Tensor) -> bool:
         """Type and shape of ``x`` (host-side, free); whether it is the Boolean ``(B, n)`` form."""
-        return inputs.check_shape(x, self.n_vars, self.n_values, self.root_rows.device)
+        return checks.check_shape(x, self.n_vars, self.n_values, self.root_rows.device)
 
     def categorical_input(self, x: Tensor) -> Tensor:
         """Check ``x`` and return it as ``(B, n, k)`` log-probabilities (see module docs).
@@ -271,7 +271,7 @@ class Circuit(nn.Module):
         (``torch._assert_async``), which stop the program rather than raise a ``ValueError``.
         """
         boolean = self._check_shape(x)
-        return inputs.categorical(x, boolean, self.validates(x))
+        return checks.categorical(x, boolean, self.validates(x))
 
     def _prepared(self, x: Tensor, allowed: Tensor | None, rows: slice) -> Tensor:
         """Rows ``rows`` of ``x`` as checked ``(b, n, k)`` log-weights, ``allowed`` applied, half precision in float32."""
@@ -286,9 +286,7 @@ class Circuit(nn.Module):
         return xc.reshape(xc.shape[0], self.n_vars * self.n_values).t()
 
     def _chunk_limit(self, device: torch.device) -> int:
-        if self.chunk_bytes is not None:
-            return self.chunk_bytes
-        return 1 << 26 if device.type == "cpu" else 1 << 31
+        return memory.chunk_limit(self.chunk_bytes, device)
 
     def _chunks(self, total: int, bytes_each: int, device: torch.device) -> memory.Chunks:
         """``range(total)`` cut into slices of at most :attr:`chunk_bytes` (one item at least), made lazily."""
@@ -296,37 +294,7 @@ class Circuit(nn.Module):
 
     def _row_bytes(self, x: Tensor, keep: bool) -> int:
         """Estimated working bytes per batch row of a pass (keeping the weights to go back down or not)."""
-        return self._itemsize(x) * (self._pass_slots + (self._kept_slots if keep else 0))
-
-    def _check_memory(self, x: Tensor) -> None:
-        """Refuse, before allocating, a differentiable pass larger than the memory free on ``x``'s device."""
-        need = x.shape[0] * self._row_bytes(x, keep=True)
-        if need <= self._chunk_limit(x.device) or torch.compiler.is_compiling():
-            return
-        memory.check_fits(
-            f"log_prob of a batch of {x.shape[0]} rows with gradients", need, x.device,
-            f"pass smaller batches, or evaluate without gradients (under torch.no_grad() the batch runs in chunks "
-            f"of circuit.chunk_bytes = {self._chunk_limit(x.device)} bytes)",
-            detail=f" ({self._pass_slots} node and term values plus {self._kept_slots} kept weights per row, "
-                   f"{need // x.shape[0]} bytes)")
-
-    def _check_result(self, what: str, x: Tensor, result: str, values: int, value_bytes: int, chunk_rows: int,
-                      keep: bool, fix: str) -> None:
-        """Refuse, before any work, a query whose result (``values`` values of ``value_bytes`` bytes in all, in
-        the tensors ``result``) and one chunk's pass exceed the memory free on ``x``'s device, or a tensor."""
-        need = value_bytes + chunk_rows * self._row_bytes(x, keep)
-        if need <= self._chunk_limit(x.device) and values <= memory.MAX_ELEMENTS:
-            return  # within one chunk's budget: no need to ask the device
-        memory.check_fits(what, need, x.device, fix, detail=f" for its result {result} and one chunk of {chunk_rows} "
-                          f"rows", elements=values)
-
-    def _result_dtype(self, x: Tensor) -> torch.dtype:
-        """The dtype of a pass on ``x`` (half precision is evaluated in float32)."""
-        return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-
-    def _itemsize(self, x: Tensor) -> int:
-        """Bytes per value of a pass on ``x``."""
-        return torch.finfo(self._result_dtype(x)).bits // 8
+        return self._memory.row_bytes(x, keep)
 
     def forward(self, x: Tensor, semiring: str = "log") -> Tensor:
         """Every root's value under ``semiring``: ``(B, R)``.
@@ -344,15 +312,16 @@ class Circuit(nn.Module):
         if x.shape[0] == 0:  # nothing to evaluate; keep the (empty) result in the graph
             return self._leaves(self._prepared(x, None, slice(0, 0))).t()[:, :1].expand(0, self.n_roots) * 0.0
         if torch.is_grad_enabled() and x.requires_grad:
-            self._check_memory(x)
+            self._memory.check_pass(x, self._chunk_limit(x.device))
             leaves = self._leaves(self._prepared(x, None, slice(0, x.shape[0])))
             return semirings.Evaluate.apply(leaves, sr.name, tuple(self._meta), self.n_slots, self.root_rows,
                                             *self._indices()).t()
         chunks = self._chunks(x.shape[0], self._row_bytes(x, keep=False), x.device)
         if len(chunks) > 1:  # the result is made once and filled chunk by chunk
             b, r = x.shape[0], self.n_roots
-            self._check_result(f"log_prob of a batch of {b} rows", x, f"({b}, {r})", b * r, b * r * self._itemsize(x),
-                               chunks[0].stop - chunks[0].start, keep=False, fix="pass smaller batches")
+            self._memory.check_result(f"log_prob of a batch of {b} rows", x, f"({b}, {r})", b * r,
+                                      b * r * memory.itemsize(x), chunks[0].stop - chunks[0].start, keep=False,
+                                      fix="pass smaller batches", budget=self._chunk_limit(x.device))
         out = None
         for rows in chunks:
             part = semirings.bottom_up(self._leaves(self._prepared(x, None, rows)), self._meta, self.n_slots,
@@ -383,7 +352,7 @@ class Circuit(nn.Module):
     def _check_query(self, x: Tensor, allowed: Tensor | None) -> None:
         self._check_shape(x)
         if allowed is not None:
-            inputs.check_allowed(allowed, (x.shape[0], self.n_vars, self.n_values), x.device)
+            checks.check_allowed(allowed, (x.shape[0], self.n_vars, self.n_values), x.device)
 
     def _up(self, leaves: Tensor, sr: semirings.Semiring) -> tuple[Tensor, list[Tensor | None]]:
         """The node buffer ``(n_slots, b)`` under ``sr`` and the weights each group kept for the way down."""
@@ -420,10 +389,10 @@ class Circuit(nn.Module):
         slot = self._root_slot(root)
         b, n = x.shape[0], self.n_vars
         chunks = self._chunks(b, self._row_bytes(x, keep=True), x.device)
-        self._check_result(f"mpe of a batch of {b} rows", x, f"values ({b}, {n}) int64", b * n,
-                           b * (8 * n + self._itemsize(x)), chunks[0].stop - chunks[0].start, keep=True,
-                           fix="pass smaller batches")
-        out = MPE(x.new_empty(b, n, dtype=torch.long), x.new_empty(b, dtype=self._result_dtype(x)))
+        self._memory.check_result(f"mpe of a batch of {b} rows", x, f"values ({b}, {n}) int64", b * n,
+                                  b * (8 * n + memory.itemsize(x)), chunks[0].stop - chunks[0].start, keep=True,
+                                  fix="pass smaller batches", budget=self._chunk_limit(x.device))
+        out = MPE(x.new_empty(b, n, dtype=torch.long), x.new_empty(b, dtype=memory.result_dtype(x)))
         for rows in chunks:
             xc = self._prepared(x, allowed, rows)
             buf, kept = self._up(self._leaves(xc), semirings.MAX)
@@ -462,12 +431,13 @@ class Circuit(nn.Module):
         slot = self._root_slot(root)
         big_s, big_b, n = num_samples, x.shape[0], self.n_vars
         chunks = self._chunks(big_b, self._row_bytes(x, keep=True), x.device)
-        self._check_result(f"sample of {big_s} draws for each of {big_b} rows", x,
-                           f"values ({big_s}, {big_b}, {n}) int64 and log_prob ({big_s}, {big_b})",
-                           max(big_s * big_b * n, big_s), big_s * big_b * (8 * n + self._itemsize(x)),
-                           chunks[0].stop - chunks[0].start, keep=True,
-                           fix="draw fewer samples per call (num_samples, e.g. in a loop) or pass smaller batches")
-        dtype = self._result_dtype(x)
+        self._memory.check_result(f"sample of {big_s} draws for each of {big_b} rows", x,
+                                  f"values ({big_s}, {big_b}, {n}) int64 and log_prob ({big_s}, {big_b})",
+                                  max(big_s * big_b * n, big_s), big_s * big_b * (8 * n + memory.itemsize(x)),
+                                  chunks[0].stop - chunks[0].start, keep=True, budget=self._chunk_limit(x.device),
+                                  fix="draw fewer samples per call (num_samples, e.g. in a loop) "
+                                      "or pass smaller batches")
+        dtype = memory.result_dtype(x)
         out = Samples(x.new_empty(big_s, big_b, n, dtype=torch.long), x.new_empty(big_s, big_b, dtype=dtype),
                       x.new_empty(big_b, dtype=dtype))
         for rows in chunks:
@@ -495,10 +465,11 @@ class Circuit(nn.Module):
         slot = self._root_slot(root)
         shape = (x.shape[0], self.n_vars, self.n_values)
         chunks = self._chunks(shape[0], self._row_bytes(x, keep=True), x.device)
-        self._check_result(f"marginals of a batch of {shape[0]} rows", x, f"{shape}", shape[0] * shape[1] * shape[2],
-                           shape[0] * shape[1] * shape[2] * self._itemsize(x), chunks[0].stop - chunks[0].start,
-                           keep=True, fix="pass smaller batches")
-        out = x.new_empty(shape, dtype=self._result_dtype(x))
+        self._memory.check_result(f"marginals of a batch of {shape[0]} rows", x, f"{shape}",
+                                  shape[0] * shape[1] * shape[2], shape[0] * shape[1] * shape[2] * memory.itemsize(x),
+                                  chunks[0].stop - chunks[0].start, keep=True, fix="pass smaller batches",
+                                  budget=self._chunk_limit(x.device))
+        out = x.new_empty(shape, dtype=memory.result_dtype(x))
         for rows in chunks:
             xc = self._prepared(x, allowed, rows)
             buf, kept = self._up(self._leaves(xc), semirings.LOG)
