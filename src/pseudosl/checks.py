@@ -19,7 +19,8 @@ from .logic.errors import check_int
 from .numerics import log1mexp
 
 __all__ = ["reads_values", "require", "check_dense", "check_device", "check_ids", "check_shape", "categorical",
-           "check_allowed", "check_root", "apply_allowed", "check_sample", "check_candidates", "check_positions"]
+           "check_allowed", "check_root", "pick_root", "apply_allowed", "check_sample", "check_candidates",
+           "check_positions", "check_validate_inputs", "check_generator"]
 
 
 def reads_values(x: Tensor) -> bool:
@@ -113,6 +114,32 @@ def check_root(root: object, n_roots: int) -> int:
     if root >= n_roots:
         raise ValueError(f"root must be an int in 0..{n_roots - 1} (a root of the circuit), got {root}")
     return root
+
+
+def pick_root(root: object, n_roots: int) -> int:
+    """The root an assignment query answers for: ``root`` (:func:`check_root`), or the only one when ``None``."""
+    if root is None:
+        if n_roots != 1:
+            raise ValueError(f"this circuit has {n_roots} roots: pass root=r (0 <= r < {n_roots}) to "
+                             "choose the constraint (for their conjunction, compile the conjunction)")
+        return 0
+    return check_root(root, n_roots)
+
+
+def check_validate_inputs(value: object) -> bool | None:
+    """``value`` as a :attr:`pseudosl.Circuit.validate_inputs`: True, False or None, nothing truthy in their place."""
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"validate_inputs must be True, False or None (the default: on CPU tensors in eager "
+                        f"mode), got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_generator(generator: object, device: torch.device) -> None:
+    """Refuse ``generator`` unless None or a ``torch.Generator`` on ``device``'s type (where ``x`` is)."""
+    if generator is not None and (not isinstance(generator, torch.Generator)
+                                  or generator.device.type != device.type):
+        raise ValueError(f"generator must be a torch.Generator on {device.type} (where x is), got "
+                         f"{generator.device if isinstance(generator, torch.Generator) else type(generator).__name__}")
 
 
 def apply_allowed(log_probs: Tensor, allowed: Tensor | None) -> Tensor:

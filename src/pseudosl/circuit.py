@@ -28,23 +28,12 @@ nothing to return, and the queries say so with a sentinel instead of an arbitrar
 An empty batch gives empty results.  float16 / bfloat16 inputs are evaluated in float32 (results are
 float32): rounding every node to bfloat16 would move a Sudoku circuit's value by more than half a nat.
 
-Evaluation keeps every node value in one buffer of shape ``(n_slots, B)``; each group of nodes of
-equal height is one ``index_select`` plus dense reductions (sum over an element's terms, then the
-semiring's sum over a node's elements: log-sum-exp, or max for MPE).  The queries are two layer loops
-(:mod:`pseudosl.semirings`): :func:`~pseudosl.semirings.bottom_up` under a semiring, and
-:func:`~pseudosl.semirings.top_down`, which hands each node's value to its elements with weights that
-decide the query: ``exp(element - node)`` for the gradient (the hand-written backward pass, and the
-marginals), one-hot of the max for MPE, one-hot of a choice drawn from ``exp(element - node)`` for
-sampling.  The backward pass is NaN-free when values are ``-inf``: the weight of a child of an OR node
-whose value is ``-inf`` is 0.  See :class:`~pseudosl.logic.layers.LayerPlan` for the grouping (an OR node
-and the AND elements only it uses are one sum-of-products row).
+Evaluation keeps every node value in one buffer of shape ``(n_slots, B)``, group by group of equal height; the
+queries are the two layer loops of :mod:`pseudosl.semirings` (bottom-up under a semiring, top-down with weights that
+decide the query).
 
-Memory: a pass needs about ``itemsize x B x (n_slots + largest gather)`` bytes, plus the weights it
-keeps (``sum count x E`` per row) when it goes back down.  Passes without autograd (``log_prob`` under
-``torch.no_grad()``, the queries) run in chunks of the batch (and of the samples) of at most
-:attr:`Circuit.chunk_bytes`, filling one preallocated result; a differentiable ``log_prob`` whose estimate
-exceeds the memory free on its device, or a query whose result would not fit (``sample``'s ``(S, B, n)``),
-is refused with a ``MemoryError`` naming its size before anything is allocated (:mod:`pseudosl.memory`).
+Memory: passes without autograd run in chunks of at most :attr:`Circuit.chunk_bytes`; a pass or result that cannot
+fit is refused with a ``MemoryError`` naming its size before anything is allocated (:mod:`pseudosl.memory`).
 
 Derivatives: the hand-written backward is itself differentiable.  Under ``create_graph=True`` it is the
 gradient of :func:`~pseudosl.semirings.evaluate_differentiable` (plain autograd ops), so second and
@@ -79,6 +68,7 @@ from torch import Tensor, nn
 
 from . import checks, memory, semirings, torchcompile
 from .checks import apply_allowed, check_root
+from .logic import dagfile
 from .logic.dag import Dag, LayerPlan
 from .logic.errors import DEFAULT_MAX_VARS, check_int
 
@@ -135,10 +125,7 @@ class Circuit(nn.Module):
 
     @validate_inputs.setter
     def validate_inputs(self, value: bool | None) -> None:
-        if value is not None and not isinstance(value, bool):
-            raise TypeError(f"validate_inputs must be True, False or None (the default: on CPU tensors in eager "
-                            f"mode), got {type(value).__name__} {value!r}")
-        self._validate_inputs = value
+        self._validate_inputs = checks.check_validate_inputs(value)
 
     _chunk_bytes: int | None = None
 
@@ -194,9 +181,7 @@ class Circuit(nn.Module):
     # -- persistence ----------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write the symbolic circuit and its checksum to ``path`` (``.npz`` is appended if missing); returns it."""
-        path = Path(path)
-        if path.suffix != ".npz":
-            path = path.with_name(path.name + ".npz")
+        path = dagfile.npz_path(path)
         self.dag.save(path)
         return path
 
@@ -208,12 +193,7 @@ class Circuit(nn.Module):
         more than ``max_vars`` variables a ``SizeLimitError``).  A file without a checksum (not written by
         :meth:`save`) must also show deterministic OR nodes (:meth:`Dag.check_or_nodes`), unless
         ``deterministic=True``."""
-        path = Path(path)
-        if not path.exists() and path.with_name(path.name + ".npz").exists():
-            path = path.with_name(path.name + ".npz")
-        if not path.exists():
-            raise FileNotFoundError(f"no saved circuit at {path}")
-        return cls(Dag.load(path, max_vars=max_vars, deterministic=deterministic))
+        return cls(Dag.load(dagfile.saved_path(path), max_vars=max_vars, deterministic=deterministic))
 
     def fingerprint(self) -> str:
         """SHA-256 of the symbolic circuit (equal circuits, equal fingerprints)."""
@@ -342,12 +322,7 @@ class Circuit(nn.Module):
 
     # -- queries on one root: MPE, samples, marginals -------------------------------------------
     def _root_slot(self, root: int | None) -> int:
-        if root is None:
-            if self.n_roots != 1:
-                raise ValueError(f"this circuit has {self.n_roots} roots: pass root=r (0 <= r < {self.n_roots}) to "
-                                 "choose the constraint (for their conjunction, compile the conjunction)")
-            root = 0
-        return self._root_slots[check_root(root, self.n_roots)]
+        return self._root_slots[checks.pick_root(root, self.n_roots)]
 
     def _check_query(self, x: Tensor, allowed: Tensor | None) -> None:
         self._check_shape(x)
@@ -364,11 +339,6 @@ class Circuit(nn.Module):
         seed = like.new_zeros(self.n_slots, n_cols)
         seed[slot] = 1.0
         return semirings.top_down(seed, self._meta, self._indices(), weights)[2:2 + self.n_vars * self.n_values]
-
-    def _values(self, leaf_rows: Tensor) -> Tensor:
-        """``(N, n)`` values from leaf rows ``(n*k, N)`` holding one 1 per variable and column."""
-        values = torch.arange(self.n_values, dtype=leaf_rows.dtype, device=leaf_rows.device).view(1, -1, 1)
-        return (leaf_rows.view(self.n_vars, self.n_values, -1) * values).sum(1).t().long()
 
     @torch.no_grad()
     def mpe(self, x: Tensor, allowed: Tensor | None = None, *, root: int | None = None) -> MPE:
@@ -397,7 +367,8 @@ class Circuit(nn.Module):
             xc = self._prepared(x, allowed, rows)
             buf, kept = self._up(self._leaves(xc), semirings.MAX)
             leaf_rows = self._down(buf, slot, xc.shape[0], kept.__getitem__)
-            v, lp = _scored(xc, self._values(leaf_rows).unsqueeze(0), torch.isneginf(buf[slot]))
+            values = semirings.leaf_values(leaf_rows, self.n_vars, self.n_values).unsqueeze(0)
+            v, lp = semirings.scored(xc, values, torch.isneginf(buf[slot]))
             out.values[rows], out.log_prob[rows] = v[0], lp[0]
         return out
 
@@ -424,10 +395,7 @@ class Circuit(nn.Module):
         """
         self._check_query(x, allowed)
         num_samples = check_int("num_samples", num_samples, 1)
-        if generator is not None and (not isinstance(generator, torch.Generator)
-                                      or generator.device.type != x.device.type):
-            raise ValueError(f"generator must be a torch.Generator on {x.device.type} (where x is), got "
-                             f"{generator.device if isinstance(generator, torch.Generator) else type(generator).__name__}")
+        checks.check_generator(generator, x.device)
         slot = self._root_slot(root)
         big_s, big_b, n = num_samples, x.shape[0], self.n_vars
         chunks = self._chunks(big_b, self._row_bytes(x, keep=True), x.device)
@@ -448,7 +416,8 @@ class Circuit(nn.Module):
                 s = draws.stop - draws.start
                 leaf_rows = self._down(buf, slot, s * b, lambda g: None if kept[g] is None else
                                        semirings.sampled_choices(kept[g], s, generator))
-                v, lp = _scored(xc, self._values(leaf_rows).reshape(s, b, n), torch.isneginf(buf[slot]))
+                values = semirings.leaf_values(leaf_rows, n, self.n_values).reshape(s, b, n)
+                v, lp = semirings.scored(xc, values, torch.isneginf(buf[slot]))
                 out.values[draws, rows], out.log_prob[draws, rows] = v, lp
             out.log_partition[rows] = buf[slot]
         return out
@@ -480,17 +449,8 @@ class Circuit(nn.Module):
     def compiled(self, **options: Any) -> Callable[[Tensor], Tensor]:
         """:meth:`log_prob` compiled with ``torch.compile(fullgraph=True, **options)``, once per circuit.
 
-        The compiled function is cached on the circuit (per ``options``) and has a code object of
-        its own, so each circuit has its own compile cache: any number of circuits in one process
-        stay clear of ``torch._dynamo``'s recompile limit, which counts recompilations per code
-        object.  A new batch size recompiles once, after which the batch dimension is dynamic.
-        On a GPU, ``mode="reduce-overhead"`` replays the whole pass (forward, and backward when
-        it is differentiated) as a CUDA graph, cached per batch shape (a replay reuses its output
-        memory: clone a result you keep past the next call).  A function of your own compiled once
-        and called with many circuits recompiles per circuit (each is a different graph): compile one
-        per circuit, or raise ``torch._dynamo.config.recompile_limit``.  The compiled pass is differentiable
-        once: ``create_graph=True`` through it is a ``RuntimeError`` saying so (torch.compile traces the
-        backward without a graph), where :meth:`log_prob` gives exact second derivatives.
+        A code object of its own per circuit keeps any number of circuits clear of ``torch._dynamo``'s recompile
+        limit; differentiable once (see :mod:`pseudosl.torchcompile` for the caching, CUDA graphs and limits).
 
         Example:
             >>> import torch, pseudosl
@@ -516,10 +476,3 @@ class Circuit(nn.Module):
             x = x.float()
         out = semirings.evaluate_differentiable(self._leaves(x), self._meta, self._indices(), self.root_rows).t()
         return out[:, 0] if self.n_roots == 1 else out
-
-
-def _scored(xc: Tensor, values: Tensor, unsat: Tensor) -> tuple[Tensor, Tensor]:
-    """Assignments ``(S, b, n)`` and their log-weights ``(S, b)`` under ``xc`` ``(b, n, k)``, sentinels where ``unsat``."""
-    log_prob = xc.unsqueeze(0).expand(values.shape[0], *xc.shape).gather(3, values.unsqueeze(3)).squeeze(3).sum(2)
-    return (values.masked_fill(unsat.view(1, -1, 1), -1),
-            log_prob.masked_fill(unsat.view(1, -1), float("-inf")))

@@ -4,6 +4,12 @@ A pass without autograd runs in chunks of at most :attr:`pseudosl.Circuit.chunk_
 What cannot be chunked (a differentiable pass, a query's result) is compared with the memory free on its
 device before anything is allocated (:func:`check_fits`): a request that cannot fit, or whose result no
 tensor could hold (more than ``2**63 - 1`` values), is a ``MemoryError`` naming its size and the fix.
+
+A circuit pass (:class:`PassPlanner`) needs about ``itemsize x B x (n_slots + largest gather)`` bytes, plus the
+weights it keeps (``sum count x E`` per row) when it goes back down.  Passes without autograd (``log_prob`` under
+``torch.no_grad()``, the queries) run in chunks of the batch (and of the samples), filling one preallocated result;
+a differentiable ``log_prob`` whose estimate exceeds the memory free on its device, or a query whose result would
+not fit (``sample``'s ``(S, B, n)``), is refused before anything is allocated.
 """
 
 from __future__ import annotations
