@@ -167,8 +167,8 @@ def test_sampling_and_the_loss_never_wait_for_the_device(monkeypatch):
             loss = pseudo_semantic_loss(m.decoder.engine(ctx, steps, fused=fused), c, y, allowed=givens_mask(p))
             loss.backward()
         assert loss.device.type == "meta" and traffic.seen == []
-    import pseudosl._validation
-    monkeypatch.setattr(pseudosl._validation, "reads_values", lambda x: False)
+    import pseudosl.checks
+    monkeypatch.setattr(pseudosl.checks, "reads_values", lambda x: False)
     dec = _decoder("lstm").float().train()
     ctx, steps = torch.randn(3, 4), torch.randn(3, 5, 2)
     allowed = torch.ones(3, 5, 3, dtype=torch.bool)

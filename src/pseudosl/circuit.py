@@ -28,23 +28,12 @@ nothing to return, and the queries say so with a sentinel instead of an arbitrar
 An empty batch gives empty results.  float16 / bfloat16 inputs are evaluated in float32 (results are
 float32): rounding every node to bfloat16 would move a Sudoku circuit's value by more than half a nat.
 
-Evaluation keeps every node value in one buffer of shape ``(n_slots, B)``; each group of nodes of
-equal height is one ``index_select`` plus dense reductions (sum over an element's terms, then the
-semiring's sum over a node's elements: log-sum-exp, or max for MPE).  The queries are two layer loops
-(:mod:`pseudosl.semirings`): :func:`~pseudosl.semirings.bottom_up` under a semiring, and
-:func:`~pseudosl.semirings.top_down`, which hands each node's value to its elements with weights that
-decide the query: ``exp(element - node)`` for the gradient (the hand-written backward pass, and the
-marginals), one-hot of the max for MPE, one-hot of a choice drawn from ``exp(element - node)`` for
-sampling.  The backward pass is NaN-free when values are ``-inf``: the weight of a child of an OR node
-whose value is ``-inf`` is 0.  See :class:`~pseudosl.logic.layers.LayerPlan` for the grouping (an OR node
-and the AND elements only it uses are one sum-of-products row).
+Evaluation keeps every node value in one buffer of shape ``(n_slots, B)``, group by group of equal height; the
+queries are the two layer loops of :mod:`pseudosl.semirings` (bottom-up under a semiring, top-down with weights that
+decide the query).
 
-Memory: a pass needs about ``itemsize x B x (n_slots + largest gather)`` bytes, plus the weights it
-keeps (``sum count x E`` per row) when it goes back down.  Passes without autograd (``log_prob`` under
-``torch.no_grad()``, the queries) run in chunks of the batch (and of the samples) of at most
-:attr:`Circuit.chunk_bytes`, filling one preallocated result; a differentiable ``log_prob`` whose estimate
-exceeds the memory free on its device, or a query whose result would not fit (``sample``'s ``(S, B, n)``),
-is refused with a ``MemoryError`` naming its size before anything is allocated (:mod:`pseudosl.memory`).
+Memory: passes without autograd run in chunks of at most :attr:`Circuit.chunk_bytes`; a pass or result that cannot
+fit is refused with a ``MemoryError`` naming its size before anything is allocated (:mod:`pseudosl.memory`).
 
 Derivatives: the hand-written backward is itself differentiable.  Under ``create_graph=True`` it is the
 gradient of :func:`~pseudosl.semirings.evaluate_differentiable` (plain autograd ops), so second and
@@ -77,8 +66,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from . import _validation, inputs, memory, semirings, torchcompile
-from .inputs import apply_allowed, check_root
+from . import checks, memory, semirings, torchcompile
+from .checks import apply_allowed, check_root
+from .logic import dagfile
 from .logic.dag import Dag, LayerPlan
 from .logic.errors import DEFAULT_MAX_VARS, check_int
 
@@ -135,10 +125,7 @@ class Circuit(nn.Module):
 
     @validate_inputs.setter
     def validate_inputs(self, value: bool | None) -> None:
-        if value is not None and not isinstance(value, bool):
-            raise TypeError(f"validate_inputs must be True, False or None (the default: on CPU tensors in eager "
-                            f"mode), got {type(value).__name__} {value!r}")
-        self._validate_inputs = value
+        self._validate_inputs = checks.check_validate_inputs(value)
 
     _chunk_bytes: int | None = None
 
@@ -170,8 +157,8 @@ class Circuit(nn.Module):
         self.register_buffer("root_rows", torch.as_tensor(plan.roots, dtype=torch.long), persistent=False)
         self._root_slots: list[int] = [int(r) for r in plan.roots]
         # values per batch row: the node buffer and the largest gather of a pass; the weights kept for going down
-        self._pass_slots = plan.n_slots + max((c * e * a for _, c, e, a in self._meta), default=0)
-        self._kept_slots = sum(c * e for _, c, e, _ in self._meta if e > 1)
+        self._memory = memory.PassPlanner(plan.n_slots + max((c * e * a for _, c, e, a in self._meta), default=0),
+                                          sum(c * e for _, c, e, _ in self._meta if e > 1))
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -194,9 +181,7 @@ class Circuit(nn.Module):
     # -- persistence ----------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write the symbolic circuit and its checksum to ``path`` (``.npz`` is appended if missing); returns it."""
-        path = Path(path)
-        if path.suffix != ".npz":
-            path = path.with_name(path.name + ".npz")
+        path = dagfile.npz_path(path)
         self.dag.save(path)
         return path
 
@@ -208,12 +193,7 @@ class Circuit(nn.Module):
         more than ``max_vars`` variables a ``SizeLimitError``).  A file without a checksum (not written by
         :meth:`save`) must also show deterministic OR nodes (:meth:`Dag.check_or_nodes`), unless
         ``deterministic=True``."""
-        path = Path(path)
-        if not path.exists() and path.with_name(path.name + ".npz").exists():
-            path = path.with_name(path.name + ".npz")
-        if not path.exists():
-            raise FileNotFoundError(f"no saved circuit at {path}")
-        return cls(Dag.load(path, max_vars=max_vars, deterministic=deterministic))
+        return cls(Dag.load(dagfile.saved_path(path), max_vars=max_vars, deterministic=deterministic))
 
     def fingerprint(self) -> str:
         """SHA-256 of the symbolic circuit (equal circuits, equal fingerprints)."""
@@ -254,12 +234,12 @@ class Circuit(nn.Module):
     def validates(self, x: Tensor) -> bool:
         """Whether the value checks on ``x`` run (see :attr:`validate_inputs`)."""
         if self.validate_inputs is None:
-            return _validation.reads_values(x)
+            return checks.reads_values(x)
         return self.validate_inputs
 
     def _check_shape(self, x: Tensor) -> bool:
         """Type and shape of ``x`` (host-side, free); whether it is the Boolean ``(B, n)`` form."""
-        return inputs.check_shape(x, self.n_vars, self.n_values, self.root_rows.device)
+        return checks.check_shape(x, self.n_vars, self.n_values, self.root_rows.device)
 
     def categorical_input(self, x: Tensor) -> Tensor:
         """Check ``x`` and return it as ``(B, n, k)`` log-probabilities (see module docs).
@@ -271,7 +251,7 @@ class Circuit(nn.Module):
         (``torch._assert_async``), which stop the program rather than raise a ``ValueError``.
         """
         boolean = self._check_shape(x)
-        return inputs.categorical(x, boolean, self.validates(x))
+        return checks.categorical(x, boolean, self.validates(x))
 
     def _prepared(self, x: Tensor, allowed: Tensor | None, rows: slice) -> Tensor:
         """Rows ``rows`` of ``x`` as checked ``(b, n, k)`` log-weights, ``allowed`` applied, half precision in float32."""
@@ -286,9 +266,7 @@ class Circuit(nn.Module):
         return xc.reshape(xc.shape[0], self.n_vars * self.n_values).t()
 
     def _chunk_limit(self, device: torch.device) -> int:
-        if self.chunk_bytes is not None:
-            return self.chunk_bytes
-        return 1 << 26 if device.type == "cpu" else 1 << 31
+        return memory.chunk_limit(self.chunk_bytes, device)
 
     def _chunks(self, total: int, bytes_each: int, device: torch.device) -> memory.Chunks:
         """``range(total)`` cut into slices of at most :attr:`chunk_bytes` (one item at least), made lazily."""
@@ -296,37 +274,7 @@ class Circuit(nn.Module):
 
     def _row_bytes(self, x: Tensor, keep: bool) -> int:
         """Estimated working bytes per batch row of a pass (keeping the weights to go back down or not)."""
-        return self._itemsize(x) * (self._pass_slots + (self._kept_slots if keep else 0))
-
-    def _check_memory(self, x: Tensor) -> None:
-        """Refuse, before allocating, a differentiable pass larger than the memory free on ``x``'s device."""
-        need = x.shape[0] * self._row_bytes(x, keep=True)
-        if need <= self._chunk_limit(x.device) or torch.compiler.is_compiling():
-            return
-        memory.check_fits(
-            f"log_prob of a batch of {x.shape[0]} rows with gradients", need, x.device,
-            f"pass smaller batches, or evaluate without gradients (under torch.no_grad() the batch runs in chunks "
-            f"of circuit.chunk_bytes = {self._chunk_limit(x.device)} bytes)",
-            detail=f" ({self._pass_slots} node and term values plus {self._kept_slots} kept weights per row, "
-                   f"{need // x.shape[0]} bytes)")
-
-    def _check_result(self, what: str, x: Tensor, result: str, values: int, value_bytes: int, chunk_rows: int,
-                      keep: bool, fix: str) -> None:
-        """Refuse, before any work, a query whose result (``values`` values of ``value_bytes`` bytes in all, in
-        the tensors ``result``) and one chunk's pass exceed the memory free on ``x``'s device, or a tensor."""
-        need = value_bytes + chunk_rows * self._row_bytes(x, keep)
-        if need <= self._chunk_limit(x.device) and values <= memory.MAX_ELEMENTS:
-            return  # within one chunk's budget: no need to ask the device
-        memory.check_fits(what, need, x.device, fix, detail=f" for its result {result} and one chunk of {chunk_rows} "
-                          f"rows", elements=values)
-
-    def _result_dtype(self, x: Tensor) -> torch.dtype:
-        """The dtype of a pass on ``x`` (half precision is evaluated in float32)."""
-        return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-
-    def _itemsize(self, x: Tensor) -> int:
-        """Bytes per value of a pass on ``x``."""
-        return torch.finfo(self._result_dtype(x)).bits // 8
+        return self._memory.row_bytes(x, keep)
 
     def forward(self, x: Tensor, semiring: str = "log") -> Tensor:
         """Every root's value under ``semiring``: ``(B, R)``.
@@ -344,15 +292,16 @@ class Circuit(nn.Module):
         if x.shape[0] == 0:  # nothing to evaluate; keep the (empty) result in the graph
             return self._leaves(self._prepared(x, None, slice(0, 0))).t()[:, :1].expand(0, self.n_roots) * 0.0
         if torch.is_grad_enabled() and x.requires_grad:
-            self._check_memory(x)
+            self._memory.check_pass(x, self._chunk_limit(x.device))
             leaves = self._leaves(self._prepared(x, None, slice(0, x.shape[0])))
             return semirings.Evaluate.apply(leaves, sr.name, tuple(self._meta), self.n_slots, self.root_rows,
                                             *self._indices()).t()
         chunks = self._chunks(x.shape[0], self._row_bytes(x, keep=False), x.device)
         if len(chunks) > 1:  # the result is made once and filled chunk by chunk
             b, r = x.shape[0], self.n_roots
-            self._check_result(f"log_prob of a batch of {b} rows", x, f"({b}, {r})", b * r, b * r * self._itemsize(x),
-                               chunks[0].stop - chunks[0].start, keep=False, fix="pass smaller batches")
+            self._memory.check_result(f"log_prob of a batch of {b} rows", x, f"({b}, {r})", b * r,
+                                      b * r * memory.itemsize(x), chunks[0].stop - chunks[0].start, keep=False,
+                                      fix="pass smaller batches", budget=self._chunk_limit(x.device))
         out = None
         for rows in chunks:
             part = semirings.bottom_up(self._leaves(self._prepared(x, None, rows)), self._meta, self.n_slots,
@@ -373,17 +322,12 @@ class Circuit(nn.Module):
 
     # -- queries on one root: MPE, samples, marginals -------------------------------------------
     def _root_slot(self, root: int | None) -> int:
-        if root is None:
-            if self.n_roots != 1:
-                raise ValueError(f"this circuit has {self.n_roots} roots: pass root=r (0 <= r < {self.n_roots}) to "
-                                 "choose the constraint (for their conjunction, compile the conjunction)")
-            root = 0
-        return self._root_slots[check_root(root, self.n_roots)]
+        return self._root_slots[checks.pick_root(root, self.n_roots)]
 
     def _check_query(self, x: Tensor, allowed: Tensor | None) -> None:
         self._check_shape(x)
         if allowed is not None:
-            inputs.check_allowed(allowed, (x.shape[0], self.n_vars, self.n_values), x.device)
+            checks.check_allowed(allowed, (x.shape[0], self.n_vars, self.n_values), x.device)
 
     def _up(self, leaves: Tensor, sr: semirings.Semiring) -> tuple[Tensor, list[Tensor | None]]:
         """The node buffer ``(n_slots, b)`` under ``sr`` and the weights each group kept for the way down."""
@@ -395,11 +339,6 @@ class Circuit(nn.Module):
         seed = like.new_zeros(self.n_slots, n_cols)
         seed[slot] = 1.0
         return semirings.top_down(seed, self._meta, self._indices(), weights)[2:2 + self.n_vars * self.n_values]
-
-    def _values(self, leaf_rows: Tensor) -> Tensor:
-        """``(N, n)`` values from leaf rows ``(n*k, N)`` holding one 1 per variable and column."""
-        values = torch.arange(self.n_values, dtype=leaf_rows.dtype, device=leaf_rows.device).view(1, -1, 1)
-        return (leaf_rows.view(self.n_vars, self.n_values, -1) * values).sum(1).t().long()
 
     @torch.no_grad()
     def mpe(self, x: Tensor, allowed: Tensor | None = None, *, root: int | None = None) -> MPE:
@@ -420,15 +359,16 @@ class Circuit(nn.Module):
         slot = self._root_slot(root)
         b, n = x.shape[0], self.n_vars
         chunks = self._chunks(b, self._row_bytes(x, keep=True), x.device)
-        self._check_result(f"mpe of a batch of {b} rows", x, f"values ({b}, {n}) int64", b * n,
-                           b * (8 * n + self._itemsize(x)), chunks[0].stop - chunks[0].start, keep=True,
-                           fix="pass smaller batches")
-        out = MPE(x.new_empty(b, n, dtype=torch.long), x.new_empty(b, dtype=self._result_dtype(x)))
+        self._memory.check_result(f"mpe of a batch of {b} rows", x, f"values ({b}, {n}) int64", b * n,
+                                  b * (8 * n + memory.itemsize(x)), chunks[0].stop - chunks[0].start, keep=True,
+                                  fix="pass smaller batches", budget=self._chunk_limit(x.device))
+        out = MPE(x.new_empty(b, n, dtype=torch.long), x.new_empty(b, dtype=memory.result_dtype(x)))
         for rows in chunks:
             xc = self._prepared(x, allowed, rows)
             buf, kept = self._up(self._leaves(xc), semirings.MAX)
             leaf_rows = self._down(buf, slot, xc.shape[0], kept.__getitem__)
-            v, lp = _scored(xc, self._values(leaf_rows).unsqueeze(0), torch.isneginf(buf[slot]))
+            values = semirings.leaf_values(leaf_rows, self.n_vars, self.n_values).unsqueeze(0)
+            v, lp = semirings.scored(xc, values, torch.isneginf(buf[slot]))
             out.values[rows], out.log_prob[rows] = v[0], lp[0]
         return out
 
@@ -455,19 +395,17 @@ class Circuit(nn.Module):
         """
         self._check_query(x, allowed)
         num_samples = check_int("num_samples", num_samples, 1)
-        if generator is not None and (not isinstance(generator, torch.Generator)
-                                      or generator.device.type != x.device.type):
-            raise ValueError(f"generator must be a torch.Generator on {x.device.type} (where x is), got "
-                             f"{generator.device if isinstance(generator, torch.Generator) else type(generator).__name__}")
+        checks.check_generator(generator, x.device)
         slot = self._root_slot(root)
         big_s, big_b, n = num_samples, x.shape[0], self.n_vars
         chunks = self._chunks(big_b, self._row_bytes(x, keep=True), x.device)
-        self._check_result(f"sample of {big_s} draws for each of {big_b} rows", x,
-                           f"values ({big_s}, {big_b}, {n}) int64 and log_prob ({big_s}, {big_b})",
-                           max(big_s * big_b * n, big_s), big_s * big_b * (8 * n + self._itemsize(x)),
-                           chunks[0].stop - chunks[0].start, keep=True,
-                           fix="draw fewer samples per call (num_samples, e.g. in a loop) or pass smaller batches")
-        dtype = self._result_dtype(x)
+        self._memory.check_result(f"sample of {big_s} draws for each of {big_b} rows", x,
+                                  f"values ({big_s}, {big_b}, {n}) int64 and log_prob ({big_s}, {big_b})",
+                                  max(big_s * big_b * n, big_s), big_s * big_b * (8 * n + memory.itemsize(x)),
+                                  chunks[0].stop - chunks[0].start, keep=True, budget=self._chunk_limit(x.device),
+                                  fix="draw fewer samples per call (num_samples, e.g. in a loop) "
+                                      "or pass smaller batches")
+        dtype = memory.result_dtype(x)
         out = Samples(x.new_empty(big_s, big_b, n, dtype=torch.long), x.new_empty(big_s, big_b, dtype=dtype),
                       x.new_empty(big_b, dtype=dtype))
         for rows in chunks:
@@ -478,7 +416,8 @@ class Circuit(nn.Module):
                 s = draws.stop - draws.start
                 leaf_rows = self._down(buf, slot, s * b, lambda g: None if kept[g] is None else
                                        semirings.sampled_choices(kept[g], s, generator))
-                v, lp = _scored(xc, self._values(leaf_rows).reshape(s, b, n), torch.isneginf(buf[slot]))
+                values = semirings.leaf_values(leaf_rows, n, self.n_values).reshape(s, b, n)
+                v, lp = semirings.scored(xc, values, torch.isneginf(buf[slot]))
                 out.values[draws, rows], out.log_prob[draws, rows] = v, lp
             out.log_partition[rows] = buf[slot]
         return out
@@ -495,10 +434,11 @@ class Circuit(nn.Module):
         slot = self._root_slot(root)
         shape = (x.shape[0], self.n_vars, self.n_values)
         chunks = self._chunks(shape[0], self._row_bytes(x, keep=True), x.device)
-        self._check_result(f"marginals of a batch of {shape[0]} rows", x, f"{shape}", shape[0] * shape[1] * shape[2],
-                           shape[0] * shape[1] * shape[2] * self._itemsize(x), chunks[0].stop - chunks[0].start,
-                           keep=True, fix="pass smaller batches")
-        out = x.new_empty(shape, dtype=self._result_dtype(x))
+        self._memory.check_result(f"marginals of a batch of {shape[0]} rows", x, f"{shape}",
+                                  shape[0] * shape[1] * shape[2], shape[0] * shape[1] * shape[2] * memory.itemsize(x),
+                                  chunks[0].stop - chunks[0].start, keep=True, fix="pass smaller batches",
+                                  budget=self._chunk_limit(x.device))
+        out = x.new_empty(shape, dtype=memory.result_dtype(x))
         for rows in chunks:
             xc = self._prepared(x, allowed, rows)
             buf, kept = self._up(self._leaves(xc), semirings.LOG)
@@ -509,17 +449,8 @@ class Circuit(nn.Module):
     def compiled(self, **options: Any) -> Callable[[Tensor], Tensor]:
         """:meth:`log_prob` compiled with ``torch.compile(fullgraph=True, **options)``, once per circuit.
 
-        The compiled function is cached on the circuit (per ``options``) and has a code object of
-        its own, so each circuit has its own compile cache: any number of circuits in one process
-        stay clear of ``torch._dynamo``'s recompile limit, which counts recompilations per code
-        object.  A new batch size recompiles once, after which the batch dimension is dynamic.
-        On a GPU, ``mode="reduce-overhead"`` replays the whole pass (forward, and backward when
-        it is differentiated) as a CUDA graph, cached per batch shape (a replay reuses its output
-        memory: clone a result you keep past the next call).  A function of your own compiled once
-        and called with many circuits recompiles per circuit (each is a different graph): compile one
-        per circuit, or raise ``torch._dynamo.config.recompile_limit``.  The compiled pass is differentiable
-        once: ``create_graph=True`` through it is a ``RuntimeError`` saying so (torch.compile traces the
-        backward without a graph), where :meth:`log_prob` gives exact second derivatives.
+        A code object of its own per circuit keeps any number of circuits clear of ``torch._dynamo``'s recompile
+        limit; differentiable once (see :mod:`pseudosl.torchcompile` for the caching, CUDA graphs and limits).
 
         Example:
             >>> import torch, pseudosl
@@ -545,10 +476,3 @@ class Circuit(nn.Module):
             x = x.float()
         out = semirings.evaluate_differentiable(self._leaves(x), self._meta, self._indices(), self.root_rows).t()
         return out[:, 0] if self.n_roots == 1 else out
-
-
-def _scored(xc: Tensor, values: Tensor, unsat: Tensor) -> tuple[Tensor, Tensor]:
-    """Assignments ``(S, b, n)`` and their log-weights ``(S, b)`` under ``xc`` ``(b, n, k)``, sentinels where ``unsat``."""
-    log_prob = xc.unsqueeze(0).expand(values.shape[0], *xc.shape).gather(3, values.unsqueeze(3)).squeeze(3).sum(2)
-    return (values.masked_fill(unsat.view(1, -1, 1), -1),
-            log_prob.masked_fill(unsat.view(1, -1), float("-inf")))

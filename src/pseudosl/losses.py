@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._validation import check_dense, require
-from .circuit import Circuit, apply_allowed
+from .checks import apply_allowed, check_dense, require
+from .circuit import Circuit
 from .numerics import log1mexp
 
 __all__ = ["constraint_log_prob", "product_log_prob", "semantic_loss", "constraint_entropy", "log_probs_from_logits",

@@ -4,6 +4,12 @@ A pass without autograd runs in chunks of at most :attr:`pseudosl.Circuit.chunk_
 What cannot be chunked (a differentiable pass, a query's result) is compared with the memory free on its
 device before anything is allocated (:func:`check_fits`): a request that cannot fit, or whose result no
 tensor could hold (more than ``2**63 - 1`` values), is a ``MemoryError`` naming its size and the fix.
+
+A circuit pass (:class:`PassPlanner`) needs about ``itemsize x B x (n_slots + largest gather)`` bytes, plus the
+weights it keeps (``sum count x E`` per row) when it goes back down.  Passes without autograd (``log_prob`` under
+``torch.no_grad()``, the queries) run in chunks of the batch (and of the samples), filling one preallocated result;
+a differentiable ``log_prob`` whose estimate exceeds the memory free on its device, or a query whose result would
+not fit (``sample``'s ``(S, B, n)``), is refused before anything is allocated.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import torch
 
 from .logic.errors import check_int
 
-__all__ = ["MAX_ELEMENTS", "Chunks", "chunks", "check_chunk_bytes", "check_fits", "free_bytes"]
+__all__ = ["MAX_ELEMENTS", "Chunks", "chunks", "chunk_limit", "check_chunk_bytes", "check_fits", "free_bytes",
+           "PassPlanner", "result_dtype", "itemsize"]
 
 MAX_ELEMENTS = 2**63 - 1
 """The most values one tensor can hold (torch sizes are int64)."""
@@ -75,6 +82,58 @@ def check_fits(what: str, need: int, device: torch.device, fix: str, *, detail: 
     if free is not None and need > free:
         raise MemoryError(f"{what} needs about {_gib(need)} GiB{detail}, more than the {_gib(free)} GiB free on "
                           f"{device}: {fix}")
+
+
+def chunk_limit(chunk_bytes: int | None, device: torch.device) -> int:
+    """The bytes of one chunk: ``chunk_bytes``, or by default 64 MiB on a CPU and 2 GiB on other devices."""
+    if chunk_bytes is not None:
+        return chunk_bytes
+    return 1 << 26 if device.type == "cpu" else 1 << 31
+
+
+def result_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype of a pass on ``x`` (half precision is evaluated in float32)."""
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+
+def itemsize(x: torch.Tensor) -> int:
+    """Bytes per value of a pass on ``x``."""
+    return torch.finfo(result_dtype(x)).bits // 8
+
+
+class PassPlanner:
+    """The memory a circuit's passes take: per batch row ``pass_slots`` values (the node buffer and the largest
+    gather), plus ``kept_slots`` (the weights kept to go back down) when a pass keeps them; checks before the work
+    against ``budget``, the bytes of one chunk (:func:`chunk_limit`)."""
+
+    def __init__(self, pass_slots: int, kept_slots: int) -> None:
+        self.pass_slots, self.kept_slots = pass_slots, kept_slots
+
+    def row_bytes(self, x: torch.Tensor, keep: bool) -> int:
+        """Estimated working bytes per batch row of a pass (keeping the weights to go back down or not)."""
+        return itemsize(x) * (self.pass_slots + (self.kept_slots if keep else 0))
+
+    def check_pass(self, x: torch.Tensor, budget: int) -> None:
+        """Refuse, before allocating, a differentiable pass larger than the memory free on ``x``'s device."""
+        need = x.shape[0] * self.row_bytes(x, keep=True)
+        if need <= budget or torch.compiler.is_compiling():
+            return
+        check_fits(
+            f"log_prob of a batch of {x.shape[0]} rows with gradients", need, x.device,
+            f"pass smaller batches, or evaluate without gradients (under torch.no_grad() the batch runs in chunks "
+            f"of circuit.chunk_bytes = {budget} bytes)",
+            detail=f" ({self.pass_slots} node and term values plus {self.kept_slots} kept weights per row, "
+                   f"{need // x.shape[0]} bytes)")
+
+    def check_result(self, what: str, x: torch.Tensor, result: str, values: int, value_bytes: int, chunk_rows: int,
+                     keep: bool, fix: str, budget: int) -> None:
+        """Refuse, before any work, a query whose result (``values`` values of ``value_bytes`` bytes in all, in
+        the tensors ``result``) and one chunk's pass exceed the memory free on ``x``'s device, or a tensor."""
+        need = value_bytes + chunk_rows * self.row_bytes(x, keep)
+        if need <= budget and values <= MAX_ELEMENTS:
+            return  # within one chunk's budget: no need to ask the device
+        check_fits(what, need, x.device, fix, detail=f" for its result {result} and one chunk of {chunk_rows} "
+                   f"rows", elements=values)
 
 
 def _gib(n: int) -> str:

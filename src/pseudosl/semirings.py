@@ -47,7 +47,7 @@ from torch import Tensor
 from .numerics import safe_logsumexp
 
 __all__ = ["LOG", "MAX", "Semiring", "semiring", "bottom_up", "top_down", "sampled_choices", "evaluate_differentiable",
-           "safe_logsumexp", "Evaluate", "FirstOrderOnly"]
+           "leaf_values", "scored", "safe_logsumexp", "Evaluate", "FirstOrderOnly"]
 
 Meta = Sequence[tuple[int, int, int, int]]  # (start, count, E, A) per group
 
@@ -210,6 +210,20 @@ def sampled_choices(kept: Tensor, n_samples: int, generator: torch.Generator | N
     u = u * cum[:, -1:, :]  # (count, S, N)
     choice = (cum[:, :-1].unsqueeze(2) <= u.unsqueeze(1)).sum(1)  # (count, S, N)
     return choice.view(count, n_samples * batch)
+
+
+def leaf_values(leaf_rows: Tensor, n: int, k: int) -> Tensor:
+    """``(N, n)`` values from leaf rows ``(n*k, N)`` (a top-down pass's) holding one 1 per variable and column."""
+    values = torch.arange(k, dtype=leaf_rows.dtype, device=leaf_rows.device).view(1, -1, 1)
+    return (leaf_rows.view(n, k, -1) * values).sum(1).t().long()
+
+
+def scored(xc: Tensor, values: Tensor, unsat: Tensor) -> tuple[Tensor, Tensor]:
+    """Assignments ``(S, b, n)`` and their log-weights ``(S, b)`` under ``xc`` ``(b, n, k)``; sentinels (-1,
+    ``-inf``) where ``unsat``."""
+    log_prob = xc.unsqueeze(0).expand(values.shape[0], *xc.shape).gather(3, values.unsqueeze(3)).squeeze(3).sum(2)
+    return (values.masked_fill(unsat.view(1, -1, 1), -1),
+            log_prob.masked_fill(unsat.view(1, -1), float("-inf")))
 
 
 class Evaluate(torch.autograd.Function):

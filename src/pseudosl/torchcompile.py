@@ -4,6 +4,15 @@
 on the circuit (under :data:`CACHE`, per ``options``) and has a code object of its own (:func:`own_code`), so
 each circuit has its own compile cache and any number of circuits stay clear of ``torch._dynamo``'s recompile
 limit.  Its result refuses ``create_graph=True`` by name (:func:`first_order_only`).
+
+``torch._dynamo``'s recompile limit counts recompilations per code object.  A new batch size recompiles once, after
+which the batch dimension is dynamic.  On a GPU, ``mode="reduce-overhead"`` replays the whole pass (forward, and
+backward when it is differentiated) as a CUDA graph, cached per batch shape (a replay reuses its output memory:
+clone a result you keep past the next call).  A function of your own compiled once and called with many circuits
+recompiles per circuit (each is a different graph): compile one per circuit, or raise
+``torch._dynamo.config.recompile_limit``.  The compiled pass is differentiable once: ``create_graph=True`` through
+it is a ``RuntimeError`` saying so (torch.compile traces the backward without a graph), where
+:meth:`Circuit.log_prob <pseudosl.Circuit.log_prob>` gives exact second derivatives.
 """
 
 from __future__ import annotations

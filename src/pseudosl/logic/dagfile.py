@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import CircuitFormatError
 
-__all__ = ["write_arrays", "read_arrays", "checksum"]
+__all__ = ["write_arrays", "read_arrays", "checksum", "npz_path", "saved_path"]
 
 
 def write_arrays(path: str | Path, arrays: dict[str, np.ndarray], label: str = "") -> None:
@@ -54,3 +54,20 @@ def checksum(arrays: dict[str, np.ndarray], label: str) -> str:
         h.update(f"{name}:{a.dtype.str}:{a.shape}:".encode())
         h.update(a.tobytes())
     return h.hexdigest()
+
+
+def npz_path(path: str | Path) -> Path:
+    """``path`` with the ``.npz`` suffix appended if missing (where :meth:`pseudosl.Circuit.save` writes)."""
+    path = Path(path)
+    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+
+
+def saved_path(path: str | Path) -> Path:
+    """The file a circuit was saved to: ``path``, or ``path`` with ``.npz`` appended (``FileNotFoundError`` if
+    neither exists)."""
+    path = Path(path)
+    if not path.exists() and path.with_name(path.name + ".npz").exists():
+        path = path.with_name(path.name + ".npz")
+    if not path.exists():
+        raise FileNotFoundError(f"no saved circuit at {path}")
+    return path

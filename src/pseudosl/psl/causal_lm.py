@@ -51,11 +51,11 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .. import _validation
+from .. import checks
+from ..checks import check_candidates, check_positions, check_sample
 from ..logic.errors import check_int
 from .constraint import ValueMap, fold_classes
 from .engine import Engine, exact_mode
-from .neighbours import check_candidates, check_positions, check_sample
 from .sampling import check_count, sample_from_logits
 
 __all__ = ["CausalLMEngine", "head_logsumexp"]
@@ -414,7 +414,7 @@ def _left_padded(prompt_ids: Tensor, attention_mask: Tensor | None) -> tuple[Ten
     if attention_mask.shape != prompt_ids.shape:
         raise ValueError(f"attention_mask must have the prompt's shape {tuple(prompt_ids.shape)}, "
                          f"got {tuple(attention_mask.shape)}")
-    if attention_mask.numel() and _validation.reads_values(attention_mask):
+    if attention_mask.numel() and checks.reads_values(attention_mask):
         bad = (attention_mask != 0) & (attention_mask != 1)
         if bad.any():
             r, c = (int(v) for v in bad.nonzero()[0])

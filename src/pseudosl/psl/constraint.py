@@ -31,13 +31,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .. import _validation
+from .. import checks
+from ..checks import check_sample
 from ..circuit import Circuit
 from ..compile import compile_automaton
 from ..logic.automaton import SparseDFA, forbidden_sequences_sparse_dfa
 from ..logic.errors import check_int
 from ..losses import constraint_log_prob
-from .neighbours import check_sample
 
 __all__ = ["AutomatonConstraint", "Constraint", "ValueMap", "fold_classes", "no_forbidden_sequences",
            "sample_satisfies"]
@@ -141,7 +141,7 @@ class ValueMap:
 
     def to_values(self, token_ids: Tensor) -> Tensor:
         """Circuit values of token ids (any shape; integers in ``0 .. vocab_size-1``)."""
-        _validation.check_ids("token_ids", token_ids, self.vocab_size, "token ids")
+        checks.check_ids("token_ids", token_ids, self.vocab_size, "token ids")
         return self.on(token_ids.device)[1][token_ids]
 
     def fold(self, log_scores: Tensor) -> Tensor:

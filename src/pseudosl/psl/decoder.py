@@ -17,9 +17,9 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from .. import _validation, memory
+from .. import checks, memory
+from ..checks import check_sample
 from .engine import trainable_recurrence
-from .neighbours import check_sample
 from .recurrent import RecurrentEngine, RecurrentSteps, State
 from .sampling import check_count, sample_from_logits
 
@@ -197,5 +197,5 @@ def _check_fixed(fixed: Tensor, batch: int, length: int, k: int) -> None:
     if not isinstance(fixed, Tensor) or fixed.dtype != torch.long or tuple(fixed.shape) != (batch, length):
         got = f"{fixed.dtype} {tuple(fixed.shape)}" if isinstance(fixed, Tensor) else type(fixed).__name__
         raise ValueError(f"fixed must be a long tensor of shape ({batch}, {length}) (-1 = free, else the value), got {got}")
-    if fixed.numel() and _validation.reads_values(fixed) and bool(((fixed < -1) | (fixed >= k)).any()):
+    if fixed.numel() and checks.reads_values(fixed) and bool(((fixed < -1) | (fixed >= k)).any()):
         raise ValueError(f"fixed must hold -1 (free) or values 0..{k - 1}; got range {int(fixed.min())}..{int(fixed.max())}")

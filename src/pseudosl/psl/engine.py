@@ -54,10 +54,11 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from .. import _validation, memory
+from .. import checks, memory
+from ..checks import check_sample
 from ..circuit import Circuit
 from .constraint import Constraint, ValueMap
-from .neighbours import check_log_joint_output, check_sample, local_conditionals
+from .neighbours import check_log_joint_output, local_conditionals
 from .sampling import check_count
 
 __all__ = ["Engine", "LogJointEngine", "exact_mode", "trainable_recurrence"]
@@ -169,7 +170,7 @@ class Engine(abc.ABC):
         if not isinstance(example, Tensor) or example.dtype != torch.long or example.shape != (rows,):
             raise ValueError(f"example must be a long tensor of shape ({rows},) (one example id per row), got "
                              f"{tuple(example.shape) if isinstance(example, Tensor) else type(example).__name__}")
-        if self.n_examples is not None and example.numel() and _validation.reads_values(example) and (
+        if self.n_examples is not None and example.numel() and checks.reads_values(example) and (
                 example.min() < 0 or example.max() >= self.n_examples):
             raise ValueError(f"example ids must lie in 0..{self.n_examples - 1} (the bound examples); got "
                              f"{int(example.min())}..{int(example.max())}")

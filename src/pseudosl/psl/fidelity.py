@@ -41,8 +41,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from ..checks import check_sample
 from .engine import Engine
-from .neighbours import check_sample
 from .sampling import check_count
 
 __all__ = ["Fidelity", "local_fidelity", "SamplerRequiredError"]

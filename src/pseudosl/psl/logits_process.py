@@ -51,8 +51,9 @@ try:
 except ImportError as e:  # pragma: no cover - the [lm] extra is missing
     raise ImportError("pseudosl.ConstraintLogitsProcessor needs transformers: pip install 'pseudosl[lm]'") from e
 
-from .. import _validation
-from ..circuit import Circuit, check_root
+from .. import checks
+from ..checks import check_root
+from ..circuit import Circuit
 from ..logic.errors import as_int
 from .automaton_mask import AutomatonMask
 from .constraint import AutomatonConstraint, Constraint
@@ -215,7 +216,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
                 raise ValueError(f"the circuit is on {self.circuit.root_rows.device} but input_ids on "
                                  f"{input_ids.device}: move it with circuit.to({str(input_ids.device)!r})")
         new = input_ids if self._length is None else input_ids[:, -1:]  # earlier tokens were checked when new
-        if new.numel() and _validation.reads_values(new):
+        if new.numel() and checks.reads_values(new):
             low, high = torch.aminmax(new)
             if low < 0 or high >= vocab:
                 outside = int(new[(new < 0) | (new >= vocab)][0])
@@ -233,7 +234,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         if self.automaton is not None:
             self._states = self.automaton.start_states(rows, input_ids.device)
             self._lineage = RowLineage(input_ids) if rows > 1 else None
-            self._last_ids = input_ids.clone() if _validation.reads_values(input_ids) else None
+            self._last_ids = input_ids.clone() if checks.reads_values(input_ids) else None
 
     def _continue(self, input_ids: Tensor) -> None:
         """Check that ``input_ids`` continues the last call's rows; carry the automaton states along."""
@@ -246,7 +247,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         if self.max_new_tokens is not None and generated >= self.max_new_tokens:
             raise ValueError(f"this call asks for generated token {generated + 1} but the processor was built with "
                              f"max_new_tokens={self.max_new_tokens}: pass generate the same max_new_tokens")
-        on_host = _validation.reads_values(input_ids)
+        on_host = checks.reads_values(input_ids)
         if on_host and not torch.equal(input_ids[:, :self.prompt_length], self._prompt):
             row = int((input_ids[:, :self.prompt_length] != self._prompt).any(1).nonzero()[0])
             raise ValueError(f"input_ids row {row} does not start with the prompt of the first call; " + ONE_CALL)

@@ -26,12 +26,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _validation
+from .. import checks
+from ..checks import check_candidates, check_sample
 from ..circuit import Circuit
 from ..losses import Reduction, constraint_log_prob, product_log_prob, reduce_loss
 from .constraint import Constraint, sample_satisfies
 from .engine import Engine, engine_circuit
-from .neighbours import check_candidates, check_sample
 
 __all__ = ["pseudo_semantic_loss", "PSLDiagnostics"]
 
@@ -72,7 +72,7 @@ def _check_inputs(engine: Engine, constraint: Circuit | Constraint, sample: Tens
     if engine.n_values != circuit.n_values:
         raise ValueError(f"the model has {engine.n_values} values per position but the circuit has {circuit.n_values}; "
                          f"compile the constraint over the model's values (or fold them with a ValueMap)")
-    if engine.value_map is None and sample.numel() and _validation.reads_values(sample) and sample.max() >= circuit.n_values:
+    if engine.value_map is None and sample.numel() and checks.reads_values(sample) and sample.max() >= circuit.n_values:
         raise ValueError(f"sample values must lie in 0..{circuit.n_values - 1} (the circuit's values); "
                          f"got a {int(sample.max())}")
     if candidates is not None:
@@ -85,7 +85,7 @@ def _check_inputs(engine: Engine, constraint: Circuit | Constraint, sample: Tens
 def _check_conditionals(engine: Engine, cond: Tensor) -> Tensor:
     """Name NaN conditionals (read on CPU only): a position where the model gives every candidate probability 0,
     i.e. an anchor it cannot produce, or a model whose outputs hold NaN."""
-    if cond.numel() and _validation.reads_values(cond):
+    if cond.numel() and checks.reads_values(cond):
         bad = cond.detach().isnan().any(-1)  # (B, n)
         if bad.any():
             b, i = (int(v) for v in bad.nonzero()[0])

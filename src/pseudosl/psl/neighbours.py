@@ -26,61 +26,14 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from .. import _validation
+from .. import checks
+from ..checks import check_candidates, check_positions, check_sample
 from ..logic.errors import check_int
 
 __all__ = ["local_conditionals", "neighbours", "check_sample", "check_positions", "check_candidates",
            "check_log_joint_output", "LogJoint"]
 
 LogJoint = Callable[[Tensor, Tensor], Tensor]  # (y (N, n), example (N,)) -> (N,)
-
-
-def check_sample(sample: Tensor, n_values: int | None = None, name: str = "sample") -> Tensor:
-    """Validate a ``(B, n)`` long tensor of values (detached; a 1-D sample is rejected, not guessed)."""
-    if not isinstance(sample, Tensor):
-        raise TypeError(f"{name} must be a torch.LongTensor of shape (B, n), got {type(sample).__name__}")
-    if sample.dtype != torch.long:
-        raise TypeError(f"{name} must have dtype torch.long (values, not one-hots or log-probs), got {sample.dtype}")
-    if sample.dim() != 2:
-        raise ValueError(f"{name} must have shape (B, n); got {tuple(sample.shape)} "
-                         "(use sample[None] for a single sequence)")
-    if sample.numel() and _validation.reads_values(sample) and (
-            sample.min() < 0 or (n_values is not None and sample.max() >= n_values)):
-        allowed = f"lie in 0..{n_values - 1}" if n_values is not None else "be >= 0"
-        raise ValueError(f"{name} values must {allowed}; got range {int(sample.min())}..{int(sample.max())}")
-    return sample.detach()
-
-
-def check_candidates(candidates: Tensor | None, batch: int, n: int, n_values: int | None,
-                     device: torch.device) -> Tensor:
-    """``(B, n, K)`` long candidate values per position (all ``n_values`` values when ``None``), refused by name
-    (shape, width, repeats, values outside ``0 .. n_values-1``) before any model runs."""
-    if candidates is None:
-        if n_values is None:
-            raise ValueError("local_conditionals needs the number of values: pass n_values=k (or candidates=...)")
-        return torch.arange(n_values, device=device).expand(batch, n, n_values)
-    if not isinstance(candidates, Tensor) or candidates.dtype != torch.long:
-        raise TypeError("candidates must be a long tensor of shape (n, K) or (B, n, K), got "
-                        f"{candidates.dtype if isinstance(candidates, Tensor) else type(candidates).__name__}")
-    if candidates.dim() == 2:
-        candidates = candidates.unsqueeze(0).expand(batch, -1, -1)
-    if candidates.dim() != 3 or candidates.shape[:2] != (batch, n):
-        raise ValueError(f"candidates must have shape ({n}, K) or ({batch}, {n}, K); got {tuple(candidates.shape)}")
-    k = candidates.shape[-1]
-    if k < 1 or (n_values is not None and k > n_values):
-        most = f"..{n_values}" if n_values is not None else ""
-        raise ValueError(f"candidates must hold 1{most} values per position (the conditional is normalised over "
-                         f"them); got K={k} (shape {tuple(candidates.shape)})")
-    if candidates.numel() and _validation.reads_values(candidates):
-        low, high = int(candidates.min()), int(candidates.max())
-        if low < 0 or (n_values is not None and high >= n_values):
-            allowed = f"0..{n_values - 1}" if n_values is not None else ">= 0"
-            raise ValueError(f"candidates must be values {allowed} (the model's values per position); got "
-                             f"range {low}..{high}")
-        s = candidates.sort(-1).values
-        if (s[..., 1:] == s[..., :-1]).any():
-            raise ValueError("candidates must not repeat a value within a position (it would be counted twice)")
-    return candidates.to(device)
 
 
 def check_log_joint_output(out: object, rows: int) -> Tensor:
@@ -92,7 +45,7 @@ def check_log_joint_output(out: object, rows: int) -> Tensor:
     if not out.is_floating_point():
         raise TypeError(f"log_joint returned {out.dtype} values; it must return floating log-probabilities "
                         "(e.g. .double() of its result), -inf for impossible sequences")
-    if out.numel() and _validation.reads_values(out):
+    if out.numel() and checks.reads_values(out):
         bad = out.detach()
         for name, hit in (("NaN", bad.isnan()), ("+inf", bad == float("inf"))):
             if hit.any():
@@ -180,7 +133,7 @@ def local_conditionals(log_joint: LogJoint, sample: Tensor, *, n_values: int | N
 def _check_possible(scores: Tensor, pos: Tensor | None) -> Tensor:
     """Refuse a computed position where ``log_joint`` gave every candidate ``-inf``: its conditional is 0/0 (the
     sample, a neighbour of itself, has probability 0 when its own value is a candidate).  Read on CPU only."""
-    if scores.numel() and _validation.reads_values(scores):
+    if scores.numel() and checks.reads_values(scores):
         dead = (scores.detach() == float("-inf")).all(-1)  # (B, n)
         if pos is not None:
             dead &= pos
@@ -191,14 +144,3 @@ def _check_possible(scores: Tensor, pos: Tensor | None) -> Tensor:
                              "candidate: the sample itself has probability 0 under the model); anchor on sequences the "
                              "model can produce (e.g. its own samples), or return finite log-probabilities")
     return scores
-
-
-def check_positions(positions: Tensor | None, b: int, n: int, device: torch.device) -> Tensor | None:
-    """A ``(B, n)`` bool mask of the positions to compute, on ``device`` (``None`` = all)."""
-    if positions is None:
-        return None
-    if not isinstance(positions, Tensor) or positions.dtype != torch.bool:
-        raise TypeError("positions must be a bool tensor of shape (B, n)")
-    if positions.shape != (b, n):
-        raise ValueError(f"positions must have the sample's shape ({b}, {n}); got {tuple(positions.shape)}")
-    return positions.to(device)

@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..checks import check_candidates, check_positions, check_sample
 from .engine import Engine, exact_mode
-from .neighbours import check_candidates, check_positions, check_sample
 from .sampling import check_count, sample_from_logits
 
 __all__ = ["RecurrentSteps", "EmbeddingSteps", "RecurrentEngine", "State"]

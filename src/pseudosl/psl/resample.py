@@ -51,11 +51,11 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from ..checks import check_sample
 from ..circuit import Circuit
 from ..logic.errors import UnsatisfiableError, check_int
 from .constraint import Constraint
 from .engine import Engine, engine_circuit
-from .neighbours import check_sample
 from .sampling import check_count, sample_from_logits
 
 __all__ = ["constrained_sample", "ResampleDiagnostics", "UnsatisfiableError"]  # the library's one

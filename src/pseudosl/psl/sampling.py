@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .. import _validation
+from .. import checks
 from ..logic.errors import check_int
 
 
@@ -40,7 +40,7 @@ def sample_from_logits(logits: Tensor, *, temperature: float = 1.0, top_p: float
     random numbers and the same values as ``torch.multinomial(p, 1)``, whose one-sample path computes
     exactly this, but without its two host synchronisations per call (it checks ``p`` on the host),
     so an autoregressive sampling loop on a GPU never waits for the device.  The check that a row has
-    a possible value (no NaN, not all ``-inf``) runs on CPU tensors only (:mod:`pseudosl._validation`).
+    a possible value (no NaN, not all ``-inf``) runs on CPU tensors only (:mod:`pseudosl.checks`).
     """
     if greedy:
         return logits.argmax(-1)
@@ -56,8 +56,8 @@ def sample_from_logits(logits: Tensor, *, temperature: float = 1.0, top_p: float
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     probs = logits.softmax(-1)
-    if _validation.reads_values(probs):
-        _validation.require(~torch.isnan(probs).any(), "logits: a row is NaN or all -inf (no value can be drawn)")
+    if checks.reads_values(probs):
+        checks.require(~torch.isnan(probs).any(), "logits: a row is NaN or all -inf (no value can be drawn)")
     race = torch.empty_like(probs).exponential_(1, generator=generator)
     return (probs / race).argmax(-1)
 
