@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 
 import oracle
-from conftest import ATOL64
+from conftest import ATOL64, P_VALUE_MIN
 
 
 def random_log_weights(seed: int, batch: int, n: int, k: int, normalised: bool) -> torch.Tensor:
@@ -125,7 +125,7 @@ def assert_queries_match_oracle(circuit, truths: Sequence[np.ndarray], x: torch.
         torch.testing.assert_close(mpe.log_prob[~unsat], attained, atol=ATOL64, rtol=0)
         mu = circuit.marginals(x, allowed, root=r)
         assert mu.shape == (len(x), n, k) and mu.dtype == x.dtype
-        torch.testing.assert_close(mu, oracle.marginals(truth, xa), atol=1e-8, rtol=0)
+        torch.testing.assert_close(mu, oracle.marginals(truth, xa), atol=ATOL64, rtol=0)
 
 
 def sample_fit(counts: torch.Tensor, p: torch.Tensor) -> tuple[float, float, float]:
@@ -180,7 +180,7 @@ def assert_samples_match_oracle(circuit, truth: np.ndarray, x: torch.Tensor, n_s
         torch.testing.assert_close(s.log_prob[:, b], w[b, idx], atol=ATOL64, rtol=0)
         l1, bound, p_value = sample_fit(torch.bincount(idx, minlength=p.shape[1]), p[b])
         assert l1 <= bound, f"example {b}: L1 {l1:.4f} from q(. | alpha) exceeds the bound {bound:.4f}"
-        assert p_value > 1e-6, f"example {b}: chi-square p-value {p_value:.2e}"
+        assert p_value > P_VALUE_MIN, f"example {b}: chi-square p-value {p_value:.2e}"
 
 
 def assert_no_host_sync(step: Callable[[], object]) -> None:

@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, strategies as st
 
 import oracle
+from conftest import ATOL64, RTOL64, ATOL64_FEW_OPS
 import pseudosl
 from pseudosl.logic.categorical import CategoricalSizeError, CatFormula, all_of, any_of, positions
 
@@ -50,7 +51,7 @@ def test_random_formulas_match_enumeration(n, k, seed):
     x = torch.randn(3, n, k, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     got = circuit.log_prob(x)
     for r, truth in enumerate(truths):
-        torch.testing.assert_close(got[:, r], oracle.log_wmc(truth, x), atol=1e-9, rtol=1e-9)
+        torch.testing.assert_close(got[:, r], oracle.log_wmc(truth, x), atol=ATOL64, rtol=RTOL64)
     ys = torch.as_tensor(oracle.assignments(n, k))
     sat = pseudosl.sample_satisfies(pseudosl.Circuit(circuit.dag), ys) if all(t.any() for t in truths) else None
     if sat is not None:
@@ -196,7 +197,7 @@ def test_shared_subformulas_are_walked_once():
     for i in range(1, 16):  # P(f_i) = P(f_{i-1}) p_i + (1 - P(f_{i-1})) (1 - p_i)
         want = want * p[i] + (1 - want) * (1 - p[i])
     x = torch.stack([(1 - p).log(), p.log()], -1)[None]
-    torch.testing.assert_close(c.log_prob(x).exp()[0], want, atol=1e-12, rtol=0)
+    torch.testing.assert_close(c.log_prob(x).exp()[0], want, atol=ATOL64_FEW_OPS, rtol=0)
 
 
 def test_positions_are_made_when_indexed():

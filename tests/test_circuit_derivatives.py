@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oracle
-from conftest import ATOL64
+from conftest import ATOL64, RTOL64
 from pseudosl import semantic_loss, semirings
 from test_circuit import random_circuit
 
@@ -83,7 +83,7 @@ def test_hessian_vector_products_match_brute_force(seed, n, k, roots, boolean, n
         out += [g.detach(), h]
     for a, b in zip(got, want):
         assert torch.isfinite(a).all()
-        torch.testing.assert_close(a, b, atol=ATOL64 * 10, rtol=1e-7)
+        torch.testing.assert_close(a, b, atol=ATOL64 * 10, rtol=RTOL64)
 
 
 def test_the_issue_example_and_a_categorical_gradient_that_is_differentiable():

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import oracle
 from checks import (assert_queries_match_oracle, assert_samples_match_oracle, random_log_weights,
                     sample_fit)
-from conftest import ATOL64
+from conftest import ATOL64, ATOL32_FEW_OPS, P_VALUE_MIN
 from pseudosl import Circuit, CircuitBuilder, compile_automaton, compile_cnf, constraints
 from pseudosl.logic.automaton import forbidden_words_dfa
 from pseudosl.logic.dag import FALSE
@@ -162,10 +162,10 @@ def test_sample_test_detects_a_wrong_distribution():
     for wrong, l1_fails in ((unconditioned, True), (shifted, False)):
         counts = torch.bincount(torch.multinomial(wrong, 4000, replacement=True, generator=g), minlength=len(p))
         l1, bound, p_value = sample_fit(counts, p)
-        assert p_value < 1e-6 and (l1 > bound) == l1_fails
+        assert p_value < P_VALUE_MIN and (l1 > bound) == l1_fails
     right = oracle.assignment_index(circuit.sample(x, 4000, generator=g).values[:, 0], 2)
     l1, bound, p_value = sample_fit(torch.bincount(right, minlength=len(p)), p)
-    assert l1 <= bound and p_value > 1e-6
+    assert l1 <= bound and p_value > P_VALUE_MIN
 
 
 def test_many_samples_per_example_and_chunks():
@@ -264,7 +264,7 @@ def test_shapes_empty_batches_and_half_precision():
     assert circuit.sample(x).values.shape == (1, 2, 3)
     half = circuit.marginals(x.to(torch.bfloat16))
     assert half.dtype == torch.float32
-    torch.testing.assert_close(half.double(), circuit.marginals(x.to(torch.bfloat16).double()), atol=1e-5, rtol=0)
+    torch.testing.assert_close(half.double(), circuit.marginals(x.to(torch.bfloat16).double()), atol=ATOL32_FEW_OPS, rtol=0)
     assert circuit(x.float(), semiring="max").dtype == torch.float32
     with torch.enable_grad():
         xg = x.clone().requires_grad_()

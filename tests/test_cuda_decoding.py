@@ -16,13 +16,14 @@ import pytest
 import torch
 
 import pseudosl
+from conftest import ATOL32_FEW_OPS, RTOL32
 from checks import assert_no_host_sync
 from psl_models import circuit_from_truth, tiny_gpt2
 from test_circuit import random_circuit
 from test_constrained_sample import GRU, K_VALUES, N, random_truth
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-TOL = dict(atol=1e-5, rtol=1e-5)
+TOL = dict(atol=ATOL32_FEW_OPS, rtol=RTOL32)
 
 
 def _inputs(seed: int, batch: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,11 +12,12 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import oracle
+from conftest import ATOL64, RTOL64, ATOL64_FEW_OPS
 import pseudosl
 from psl_models import circuit_from_truth, tiny_gpt2
 from pseudosl.logic.categorical import all_of
 
-TOL = dict(atol=1e-9, rtol=1e-9)
+TOL = dict(atol=ATOL64, rtol=RTOL64)
 
 
 pytestmark = pytest.mark.usefixtures("float64_default")
@@ -114,7 +115,7 @@ def test_user_decoder_conditionals_loss_and_gradients_vs_brute_force(cell, batch
     torch.testing.assert_close(loss, ref, **TOL)
     params = list(model.parameters())
     for a, b in zip(torch.autograd.grad(loss, params), torch.autograd.grad(ref, params)):
-        torch.testing.assert_close(a, b, atol=1e-8, rtol=1e-7)
+        torch.testing.assert_close(a, b, atol=ATOL64, rtol=RTOL64)
 
 
 def test_user_decoder_bound_to_initial_states_scores_each_example_under_its_own():
@@ -210,12 +211,12 @@ def test_gpt2_conditionals_vs_brute_force_and_prefix_reuse():
     tokens = []
     model.transformer.register_forward_pre_hook(
         lambda m, a, kw: tokens.append((kw["input_ids"] if "input_ids" in kw else a[0]).numel()), with_kwargs=True)
-    torch.testing.assert_close(engine.local_conditionals(y), want, atol=1e-8, rtol=1e-8)
+    torch.testing.assert_close(engine.local_conditionals(y), want, atol=ATOL64, rtol=RTOL64)
     b, K, P = 2, k + 1, 1
     assert sum(tokens) == b * (P + n) + b * K * n * (n - 1) // 2  # the prefix is cached: suffixes only
     tokens.clear()
     generic = pseudosl.as_engine(engine.log_joint, n_values=K)
-    torch.testing.assert_close(generic.local_conditionals(y), want, atol=1e-8, rtol=1e-8)
+    torch.testing.assert_close(generic.local_conditionals(y), want, atol=ATOL64, rtol=RTOL64)
     assert sum(tokens) == b * n * K * (P + n)
 
 
@@ -233,7 +234,7 @@ def test_gpt2_with_a_bos_token_outside_the_values():
     ys = torch.as_tensor(oracle.assignments(n, k + 1))
     table = _lm_scorer(model, bos)(ys).view((k + 1,) * n)[:k, :k, :k]  # sequences of values only
     want = torch.stack([_table_conditionals(table, s) for s in y[:5]])
-    torch.testing.assert_close(engine.local_conditionals(y[:5]), want, atol=1e-8, rtol=1e-8)
+    torch.testing.assert_close(engine.local_conditionals(y[:5]), want, atol=ATOL64, rtol=RTOL64)
     circuit = pseudosl.compile_categorical(all_of(v != w for v, w in zip(pseudosl.positions(n, k), pseudosl.positions(n, k)[1:])))
     loss = pseudosl.pseudo_semantic_loss(engine, circuit, y[:8])
     loss.backward()
@@ -324,7 +325,7 @@ def test_log_prob_of_gpt2_candidates():
     engine = pseudosl.as_engine(model, prompt_ids=prompts)
     cands = torch.randint(0, 4, (2, 6, 3), generator=torch.Generator().manual_seed(0))
     want = torch.stack([_lm_scorer(model, prompts[b:b + 1])(cands[b]) for b in range(2)])
-    torch.testing.assert_close(engine.log_prob(cands, chunk_size=5), want, atol=1e-8, rtol=1e-8)
+    torch.testing.assert_close(engine.log_prob(cands, chunk_size=5), want, atol=ATOL64, rtol=RTOL64)
 
 
 # -- example ids: a context-bound log_joint, chunked anywhere ----------------------------------------------------
@@ -338,10 +339,10 @@ def test_a_bare_log_joint_with_contexts_is_chunked_by_example_ids():
     want = dec.engine(ctx).local_conditionals(y)
     bare = pseudosl.as_engine(lambda s, example: dec.log_joint(s, ctx[example]), n_values=3)
     for chunk in (None, 1, 7, 13):
-        torch.testing.assert_close(bare.local_conditionals(y, chunk_size=chunk), want, atol=1e-12, rtol=0)
+        torch.testing.assert_close(bare.local_conditionals(y, chunk_size=chunk), want, atol=ATOL64_FEW_OPS, rtol=0)
     pos = torch.tensor([[True, False, True, False], [False] * 4, [True] * 4])
     part = bare.local_conditionals(y, positions=pos, fill=-3.0, chunk_size=5)
-    torch.testing.assert_close(part[pos], want[pos], atol=1e-12, rtol=0)
+    torch.testing.assert_close(part[pos], want[pos], atol=ATOL64_FEW_OPS, rtol=0)
     assert (part[~pos] == -3.0).all()
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import oracle
+from conftest import ATOL64, RTOL64
 from psl_models import TableModel, tiny_gpt2
 from pseudosl.psl import (CausalLMEngine, RecurrentDecoder, SamplerRequiredError, ValueMap, as_engine, local_fidelity)
 
@@ -53,10 +54,10 @@ def _reference(log_table: np.ndarray, sample: np.ndarray) -> dict[str, np.ndarra
 def _check_exact(f, ref):
     assert f.method == "exact" and f.n_mc == 0
     for name in ("entropy_model", "entropy_local", "kl_local_model"):
-        torch.testing.assert_close(getattr(f, name), torch.as_tensor(ref[name]), atol=1e-9, rtol=1e-9)
+        torch.testing.assert_close(getattr(f, name), torch.as_tensor(ref[name]), atol=ATOL64, rtol=RTOL64)
         assert (getattr(f, name + "_se") == 0).all()
-    torch.testing.assert_close(f.entropy_model_positions, torch.as_tensor(ref["model_pos"]), atol=1e-9, rtol=1e-9)
-    torch.testing.assert_close(f.entropy_local_positions, torch.as_tensor(ref["local_pos"]), atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(f.entropy_model_positions, torch.as_tensor(ref["model_pos"]), atol=ATOL64, rtol=RTOL64)
+    torch.testing.assert_close(f.entropy_local_positions, torch.as_tensor(ref["local_pos"]), atol=ATOL64, rtol=RTOL64)
 
 
 def _draw_table(table: torch.Tensor, b: int, seed: int):

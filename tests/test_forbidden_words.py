@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oracle
-from conftest import ATOL64
+from conftest import ATOL64, RTOL64, ATOL64_FEW_OPS
 from pseudosl import ValueMap, no_forbidden_words
 from pseudosl.logic.lift import lift_to_tokens
 from pseudosl.logic.words import words_byte_automaton
@@ -341,10 +341,10 @@ def test_pseudo_semantic_loss_of_forbidden_words_equals_brute_force_over_tokens(
     got = pseudosl.pseudo_semantic_loss(engine, window, y, reduction="none")
     want, truth = _token_psl(gpt2, window, prompt, y)
     assert 0 < truth.sum() < len(truth)
-    torch.testing.assert_close(got, want, atol=1e-10, rtol=0)
+    torch.testing.assert_close(got, want, atol=ATOL64_FEW_OPS, rtol=0)
     params = [p for p in gpt2.parameters() if p.requires_grad]
     for a, b in zip(torch.autograd.grad(got.sum(), params), torch.autograd.grad(want.sum(), params)):
-        torch.testing.assert_close(a, b, atol=1e-9, rtol=1e-7)
+        torch.testing.assert_close(a, b, atol=ATOL64, rtol=RTOL64)
 
 
 def test_pseudo_semantic_loss_of_forbidden_words_on_a_byte_level_bpe(float64_default, one_thread):
@@ -365,7 +365,7 @@ def test_pseudo_semantic_loss_of_forbidden_words_on_a_byte_level_bpe(float64_def
     largest = int(torch.bincount(c.value_map.lookup).max())
     exact = pseudosl.as_engine(gpt2, prompt_ids=prompt, value_map=c.value_map, top_k=largest - 1)
     torch.testing.assert_close(pseudosl.pseudo_semantic_loss(exact, window, y, reduction="none"), want,
-                               atol=1e-10, rtol=0)
+                               atol=ATOL64_FEW_OPS, rtol=0)
     default = pseudosl.as_engine(gpt2, prompt_ids=prompt, value_map=c.value_map)
     assert default.n_candidates < V // 2  # the classes, not the vocabulary
     approx = pseudosl.pseudo_semantic_loss(default, window, y, reduction="none")

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oracle
+from conftest import ATOL64_FEW_OPS
 from checks import assert_matches_oracle, random_log_weights
 from pseudosl import compile_formula, variables
 from pseudosl.logic.errors import SizeLimitError, UnsatisfiableError
@@ -124,7 +125,7 @@ def test_iff_chain_is_linear_and_compiles(tmp_path, monkeypatch):
     want = p[0]
     for i in range(1, 40):  # P(f_i) = P(f_{i-1}) p_i + (1 - P(f_{i-1})) (1 - p_i)
         want = want * p[i] + (1 - want) * (1 - p[i])
-    torch.testing.assert_close(c.log_prob(p.log()[None]).exp()[0], want, atol=1e-12, rtol=0)
+    torch.testing.assert_close(c.log_prob(p.log()[None]).exp()[0], want, atol=ATOL64_FEW_OPS, rtol=0)
     assert compile_formula(_iff_chain(40)).fingerprint() == c.fingerprint()  # a cache hit
 
 

@@ -7,12 +7,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import oracle
+from conftest import ATOL64, ATOL64_FEW_OPS, ATOL32_FEW_OPS, RTOL32
 from checks import assert_no_host_sync
 from psl_models import circuit_from_truth, tiny_gpt2
 from pseudosl.psl import (CausalLMEngine, Constraint, RecurrentDecoder, ValueMap, as_engine, local_conditionals,
                           pseudo_semantic_loss, sample_autoregressive, sample_from_logits)
 
-TOL = dict(atol=1e-5, rtol=1e-5)
+TOL = dict(atol=ATOL32_FEW_OPS, rtol=RTOL32)
 
 
 pytestmark = pytest.mark.usefixtures("float64_default")
@@ -58,7 +59,7 @@ def test_recurrent_decoder_vs_brute_force_enumeration():
     n, k = 5, 3
     ys = torch.as_tensor(oracle.assignments(n, k))
     joint = dec.log_joint(ys)
-    torch.testing.assert_close(joint.logsumexp(0), torch.tensor(0.0), atol=1e-9, rtol=0)  # normalised
+    torch.testing.assert_close(joint.logsumexp(0), torch.tensor(0.0), atol=ATOL64, rtol=0)  # normalised
     table = joint.view((k,) * n)
     y = dec.sample(batch_size=3)
     want = torch.stack([torch.stack([table[tuple(list(r[:i]) + [slice(None)] + list(r[i + 1:]))].log_softmax(-1)
@@ -282,19 +283,19 @@ def test_causal_lm_any_padding_side_equals_the_unpadded_prompts_and_brute_force(
     want_psl = -oracle.log_wmc(truth, want)
     alone = [CausalLMEngine(gpt2, torch.tensor([p])) for p in real]
     for b, eng in enumerate(alone):
-        torch.testing.assert_close(eng.local_conditionals(y[b:b + 1])[0], want[b], atol=1e-12, rtol=0)
+        torch.testing.assert_close(eng.local_conditionals(y[b:b + 1])[0], want[b], atol=ATOL64_FEW_OPS, rtol=0)
     greedy = torch.cat([eng.sample(batch_size=1, length=4, greedy=True) for eng in alone])
     for side, (ids, mask) in padded.items():
         eng = as_engine(gpt2, prompt_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
-        torch.testing.assert_close(eng.local_conditionals(y), want, atol=1e-12, rtol=0, msg=side)
+        torch.testing.assert_close(eng.local_conditionals(y), want, atol=ATOL64_FEW_OPS, rtol=0, msg=side)
         torch.testing.assert_close(pseudo_semantic_loss(eng, circuit, y, reduction="none"), want_psl,
-                                   atol=1e-12, rtol=0, msg=side)
+                                   atol=ATOL64_FEW_OPS, rtol=0, msg=side)
         joint = torch.stack([t[tuple(s)] for t, s in zip(tables, y)])
-        torch.testing.assert_close(eng.log_joint(y, torch.arange(3)), joint, atol=1e-12, rtol=0, msg=side)
+        torch.testing.assert_close(eng.log_joint(y, torch.arange(3)), joint, atol=ATOL64_FEW_OPS, rtol=0, msg=side)
         steps = eng.step_log_probs(y, torch.arange(3))  # (3, n, V): row b, step t = table marginal after y_<t
         for b, t in enumerate(tables):
-            torch.testing.assert_close(steps[b, 0], t.logsumexp((1, 2)), atol=1e-12, rtol=0, msg=side)
-            torch.testing.assert_close(steps[b, 2], t[y[b, 0], y[b, 1]].log_softmax(-1), atol=1e-12, rtol=0, msg=side)
+            torch.testing.assert_close(steps[b, 0], t.logsumexp((1, 2)), atol=ATOL64_FEW_OPS, rtol=0, msg=side)
+            torch.testing.assert_close(steps[b, 2], t[y[b, 0], y[b, 1]].log_softmax(-1), atol=ATOL64_FEW_OPS, rtol=0, msg=side)
         assert torch.equal(eng.sample(length=4, greedy=True), greedy), side
     # the old defect: a right-padded row scored after its padding token differs from the model's value
     after_pad = CausalLMEngine(gpt2, torch.tensor([[8, 5, pad]])).local_conditionals(y[1:2])[0]
@@ -369,12 +370,12 @@ def test_chunked_head_logsumexp_with_bias_matches_torch():
     h = torch.randn(4, 3, 5, requires_grad=True)
     got = head_logsumexp(h, head, max_logits=20)  # 1 row of 13 logits per chunk
     want = head(h).logsumexp(-1)
-    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    torch.testing.assert_close(got, want, atol=ATOL64_FEW_OPS, rtol=0)
     w = torch.randn_like(want)
     g1 = torch.autograd.grad((got * w).sum(), [h, head.weight, head.bias])
     g2 = torch.autograd.grad((want * w).sum(), [h, head.weight, head.bias])
     for a, b in zip(g1, g2):
-        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+        torch.testing.assert_close(a, b, atol=ATOL64_FEW_OPS, rtol=0)
 
 
 # -- fused suffixes, positions, and the cuDNN-safe mode (issue 7) ------------------------------------
@@ -577,13 +578,13 @@ def test_general_partition_is_exact_when_each_rest_holds_at_most_one_token(gpt2,
     eng = as_engine(gpt2, prompt_ids=prompt, value_map=vm, top_k=top_k, max_class_size=max_class_size,
                     max_logits=max_logits, max_neighbours_per_chunk=7)
     got = eng.local_conditionals(y)
-    torch.testing.assert_close(got, vm.fold(cond), atol=1e-10, rtol=0)
+    torch.testing.assert_close(got, vm.fold(cond), atol=ATOL64_FEW_OPS, rtol=0)
     # the PSL of a constraint over the classes is the PSL over tokens of the constraint read through the classes
     truth = np.random.default_rng(2).random(C ** n) < 0.4
     token_truth = truth[oracle.assignment_index(vm.to_values(torch.as_tensor(oracle.assignments(n, V))), C).numpy()]
     want = -oracle.log_wmc(token_truth, cond)
     psl = pseudo_semantic_loss(eng, Constraint(circuit_from_truth(truth, n, C), vm), y, reduction="none")
-    torch.testing.assert_close(psl, want, atol=1e-10, rtol=0)
+    torch.testing.assert_close(psl, want, atol=ATOL64_FEW_OPS, rtol=0)
     _assert_grads_close(_grads(psl.sum(), gpt2), _grads(want.sum(), gpt2))
 
 
@@ -601,7 +602,7 @@ def test_general_partition_estimates_are_the_documented_formula(gpt2, lookup, to
         got = as_engine(gpt2, prompt_ids=prompt, value_map=vm, top_k=top_k, max_class_size=max_class_size
                         ).local_conditionals(y)
         want = _documented_estimate(cond, prefix, y, lookup, top_k, max_class_size)
-    torch.testing.assert_close(got, want, atol=1e-10, rtol=0)
+    torch.testing.assert_close(got, want, atol=ATOL64_FEW_OPS, rtol=0)
     error = (got.exp() - vm.fold(cond).exp()).abs()
     assert torch.isfinite(got).all() and 1e-6 < error.max() < 0.5
 

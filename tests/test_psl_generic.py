@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, strategies as st
 
 import oracle
-from conftest import ATOL64
+from conftest import ATOL64, RTOL64, RTOL64_FEW_OPS
 from psl_models import TableModel, circuit_from_truth
 from pseudosl import Circuit, CircuitBuilder
 from pseudosl.psl import as_engine, local_conditionals, pseudo_semantic_loss, sample_satisfies
@@ -38,8 +38,8 @@ def test_loss_and_gradients_match_enumeration(n, k, seed, data):
     (g,) = torch.autograd.grad(loss, m.logits)
     want = -oracle.log_wmc(truth, m.oracle_conditionals(y)).sum()
     (g_want,) = torch.autograd.grad(want, m.logits)
-    torch.testing.assert_close(loss, want, atol=1e-9, rtol=1e-9)
-    torch.testing.assert_close(g, g_want, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(loss, want, atol=ATOL64, rtol=RTOL64)
+    torch.testing.assert_close(g, g_want, atol=ATOL64, rtol=RTOL64)
 
 
 def test_chunked_recompute_gives_same_values_and_gradients():
@@ -192,11 +192,11 @@ def test_paper_figure2_by_hand():
     circuit = Circuit(b.build(b.or_(b.literal(2, 1), b.and_(b.literal(2, 0), b.literal(0, 0), b.literal(1, 0)))))
     y = torch.tensor([[1, 0, 1]])
     loss, diag = pseudo_semantic_loss(as_engine(log_joint, n_values=2), circuit, y, return_diagnostics=True)
-    assert math.isclose(loss.item(), -math.log(p_alpha), rel_tol=1e-12)
-    assert math.isclose(diag.p_constraint.item(), p_alpha, rel_tol=1e-12)
+    assert math.isclose(loss.item(), -math.log(p_alpha), rel_tol=RTOL64_FEW_OPS)
+    assert math.isclose(diag.p_constraint.item(), p_alpha, rel_tol=RTOL64_FEW_OPS)
     assert diag.satisfied.tolist() == [True]
     ent = -sum(q * math.log(q) + (1 - q) * math.log(1 - q) for q in (qc, qd, qa))
-    assert math.isclose(diag.entropy.item(), ent, rel_tol=1e-12)
+    assert math.isclose(diag.entropy.item(), ent, rel_tol=RTOL64_FEW_OPS)
 
 
 def _alpha_and_not_alpha(n, k, seed):
@@ -220,13 +220,13 @@ def test_negate_equals_compiling_the_negation(with_allowed):
     (ga,) = torch.autograd.grad(a.sum(), m.logits)
     b = pseudo_semantic_loss(m.engine(), not_alpha, y, "none", allowed=allowed)
     (gb,) = torch.autograd.grad(b.sum(), m.logits)
-    torch.testing.assert_close(a, b, atol=1e-9, rtol=1e-9)
-    torch.testing.assert_close(ga, gb, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(a, b, atol=ATOL64, rtol=RTOL64)
+    torch.testing.assert_close(ga, gb, atol=ATOL64, rtol=RTOL64)
     # and the oracle: -log p~(not alpha and allowed)
     cond = m.oracle_conditionals(y)
     if allowed is not None:
         cond = cond.masked_fill(~allowed, float("-inf"))
-    torch.testing.assert_close(a, -oracle.log_wmc(~truth, cond), atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(a, -oracle.log_wmc(~truth, cond), atol=ATOL64, rtol=RTOL64)
 
 
 def test_diagnostics_match_enumeration():

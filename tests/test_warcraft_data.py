@@ -16,6 +16,7 @@ from pseudosl.experiments.warcraft.data import (
     save_layout,
 )
 from pseudosl.experiments.warcraft.grid import shortest_paths
+from conftest import ATOL64
 
 
 def _all_simple_paths(k: int) -> list[list[int]]:
@@ -52,7 +53,7 @@ def test_shortest_paths_match_brute_force(k, kind):
     for b in range(n):
         c = np.array([flat[b, p].sum() for p in every])
         best = c.min()
-        assert costs[b] == pytest.approx(best, abs=1e-9)
+        assert costs[b] == pytest.approx(best, abs=ATOL64)
         assert n_paths[b] == min(2, int((np.abs(c - best) <= 1e-6).sum()))   # ties counted (capped at 2)
         mask = paths[b].reshape(-1).astype(bool)
         assert any(set(np.nonzero(mask)[0]) == set(p) for p, cp in zip(every, c) if abs(cp - best) <= 1e-6)

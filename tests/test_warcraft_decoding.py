@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 
 import oracle
+from conftest import ATOL64, P_VALUE_MIN
 import pseudosl
 from checks import sample_fit
 from pseudosl.cli import main as cli
@@ -78,7 +79,7 @@ def test_resnet_resample_draws_from_the_model_given_the_constraint(float64_defau
     want = oracle.conditional(PATHS, x)[0]                                    # q(. | simple path), (4096,)
     assert torch.as_tensor(PATHS)[index(out.edges)].all()
     l1, bound, p_value = sample_fit(torch.bincount(index(out.edges), minlength=4096), want)
-    assert l1 <= bound and p_value > 1e-6
+    assert l1 <= bound and p_value > P_VALUE_MIN
 
 
 # -- the CNN-LSTM: the local distribution around its greedy decode -------------------------------------
@@ -129,10 +130,10 @@ def test_lstm_resample_follows_the_exact_resampling_distribution(float64_default
     assert 0.5 * (want - q).abs().sum() > 0.02, "K = 2 should move the output off the proposal (else no test)"
     out = decode(model, m.repeat(3000, 1, 1, 1), path_circuit(K_GRID), "resample", num_candidates=k,
                  generator=torch.Generator().manual_seed(0))
-    assert ((out.ess >= 1 - 1e-9) & (out.ess <= k + 1e-9)).all()
+    assert ((out.ess >= 1 - ATOL64) & (out.ess <= k + ATOL64)).all()
     assert torch.as_tensor(PATHS)[index(out.edges)].all()
     l1, bound, p_value = sample_fit(torch.bincount(index(out.edges), minlength=4096), want)
-    assert l1 <= bound and p_value > 1e-6
+    assert l1 <= bound and p_value > P_VALUE_MIN
 
 
 # -- the harness: rows, eval, seeds, errors -----------------------------------------------------------------

@@ -45,8 +45,9 @@ from .data import board_size, box_shape
 __all__ = ["sudoku_groups", "sudoku_circuit", "givens_mask", "is_consistent", "one_hot_log", "puzzle_formula",
            "puzzle_circuit", "MAX_PUZZLE_NODES"]
 
-# a unique 9 x 9 puzzle's circuit has ~700 nodes (10 blanks) to ~500 (40 blanks); the empty 9 x 9 board reaches
-# 5 000 in ~9 s of compiling (20 000: ~32 s), so a puzzle with too many completions is refused soon
+# a unique 9 x 9 puzzle's circuit has ~700 nodes (10 blanks) to ~500 (40 blanks); compiling time grows with the
+# node count and the empty 9 x 9 board reaches 5 000 within seconds (docs/sudoku.md measures it), so a puzzle with
+# too many completions is refused soon
 MAX_PUZZLE_NODES = 5_000
 
 

@@ -1,4 +1,4 @@
-"""Constrained decoding (issue 17): every model's output made a valid completion of its puzzle.
+"""Constrained decoding: every model's output made a valid completion of its puzzle.
 
 The shared decoders of :mod:`pseudosl.experiments.decoders` (``constrained``, ``resample``, and ``greedy``, the plain
 row again), each a row per model of the tables (``decoders = ["constrained", "resample"]``).  ``alpha_P`` is the

@@ -1,4 +1,4 @@
-"""Constrained decoding (issue 17): every model's output made a simple path from the top-left to the bottom-right cell.
+"""Constrained decoding: every model's output made a simple path from the top-left to the bottom-right cell.
 
 The shared decoders of :mod:`pseudosl.experiments.decoders` (``constrained``, ``resample``), each a row per model of
 the tables (``decoders = ["constrained", "resample"]``).  ``alpha`` is the simple-path circuit the SL and PSL use
