@@ -60,13 +60,14 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from . import checks, memory, semirings, torchcompile
+from .semirings import MPE, Samples
 from .checks import apply_allowed, check_root
 from .logic import dagfile
 from .logic.dag import Dag, LayerPlan
@@ -76,26 +77,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from pysdd.sdd import SddNode
 
 __all__ = ["Circuit", "MPE", "Samples", "apply_allowed", "check_root"]
-
-
-class MPE(NamedTuple):
-    """:meth:`Circuit.mpe`: a most probable model per example."""
-
-    values: Tensor
-    """``(B, n)`` int64; ``-1`` where the constraint has no model."""
-    log_prob: Tensor
-    """``(B,)`` ``sum_v x[b, v, values[b, v]]``; ``-inf`` where the constraint has no model."""
-
-
-class Samples(NamedTuple):
-    """:meth:`Circuit.sample`: ``S`` exact samples of ``q(. | alpha AND allowed)`` per example."""
-
-    values: Tensor
-    """``(S, B, n)`` int64; ``-1`` where the constraint has no model."""
-    log_prob: Tensor
-    """``(S, B)`` ``sum_v x[b, v, y_v]`` of each sample; ``-inf`` where the constraint has no model."""
-    log_partition: Tensor
-    """``(B,)`` ``log P(alpha AND allowed)``: ``log_prob - log_partition`` = ``log q(y | alpha AND allowed)``."""
 
 
 class Circuit(nn.Module):

@@ -39,14 +39,14 @@ of one column hold a single 1 per variable.  Nothing here reads a tensor value o
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 from torch import Tensor
 
 from .numerics import safe_logsumexp
 
-__all__ = ["LOG", "MAX", "Semiring", "semiring", "bottom_up", "top_down", "sampled_choices", "evaluate_differentiable",
+__all__ = ["MPE", "Samples", "LOG", "MAX", "Semiring", "semiring", "bottom_up", "top_down", "sampled_choices", "evaluate_differentiable",
            "leaf_values", "scored", "safe_logsumexp", "Evaluate", "FirstOrderOnly"]
 
 Meta = Sequence[tuple[int, int, int, int]]  # (start, count, E, A) per group
@@ -281,3 +281,23 @@ class FirstOrderOnly(torch.autograd.Function):
                                "penalties, Hessian-vector products) through it would be wrong; call circuit.log_prob "
                                "(not compiled), whose derivatives of every order are exact")
         return grad
+
+
+class MPE(NamedTuple):
+    """:meth:`pseudosl.Circuit.mpe`: a most probable model per example."""
+
+    values: Tensor
+    """``(B, n)`` int64; ``-1`` where the constraint has no model."""
+    log_prob: Tensor
+    """``(B,)`` ``sum_v x[b, v, values[b, v]]``; ``-inf`` where the constraint has no model."""
+
+
+class Samples(NamedTuple):
+    """:meth:`pseudosl.Circuit.sample`: ``S`` exact samples of ``q(. | alpha AND allowed)`` per example."""
+
+    values: Tensor
+    """``(S, B, n)`` int64; ``-1`` where the constraint has no model."""
+    log_prob: Tensor
+    """``(S, B)`` ``sum_v x[b, v, y_v]`` of each sample; ``-inf`` where the constraint has no model."""
+    log_partition: Tensor
+    """``(B,)`` ``log P(alpha AND allowed)``: ``log_prob - log_partition`` = ``log q(y | alpha AND allowed)``."""

@@ -31,7 +31,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .builder import CircuitBuilder
-from .errors import DEFAULT_MAX_EDGES, check_int, check_limit
+from .errors import (DEFAULT_MAX_EDGES, check_in_range, check_int, check_int_array, check_limit, check_states,
+                     check_word)
 
 __all__ = ["DFA", "SparseDFA", "automaton_node", "forbidden_sequences_dfa", "forbidden_sequences_sparse_dfa"]
 
@@ -61,7 +62,7 @@ class DFA:
         start = check_int("start", self.start, low=0)
         if start >= n_states:
             raise ValueError(f"start state {start} is out of range 0..{n_states - 1}")
-        accepting = _states("accepting", self.accepting, n_states)
+        accepting = check_states("accepting", self.accepting, n_states)
         delta = np.asarray(self.delta)
         if delta.shape != (n_states, n_values):
             raise ValueError(f"delta must have shape (n_states, n_values) = ({n_states}, {n_values}), "
@@ -120,7 +121,7 @@ class DFA:
     def run(self, word: Sequence[int]) -> int:
         """The state reached after reading ``word`` (values ``0 .. n_values-1``) from ``start``."""
         s = self.start
-        for c in _word(word, self.n_values):
+        for c in check_word(word, self.n_values):
             s = int(self.delta[s, c])
         return s
 
@@ -179,19 +180,19 @@ class SparseDFA:
         start = check_int("start", self.start, low=0)
         if start >= n_states:
             raise ValueError(f"start state {start} is out of range 0..{n_states - 1}")
-        accepting = _states("accepting", self.accepting, n_states)
+        accepting = check_states("accepting", self.accepting, n_states)
         default = np.asarray(self.default)
-        default = _int_array("default", default[None] if default.ndim == 1 else default, (None, n_values))
+        default = check_int_array("default", default[None] if default.ndim == 1 else default, (None, n_values))
         if default.shape[0] < 1:
             raise ValueError("default must hold at least one row of n_values destinations")
-        row_of = np.zeros(n_states, dtype=np.int64) if self.row_of is None else _int_array("row_of", self.row_of,
+        row_of = np.zeros(n_states, dtype=np.int64) if self.row_of is None else check_int_array("row_of", self.row_of,
                                                                                          (n_states,))
-        exceptions = _int_array("exceptions", self.exceptions, (None, 3))
-        _in_range("default", default, n_states)
-        _in_range("row_of", row_of, default.shape[0])
-        _in_range("exceptions[:, 0] (states)", exceptions[:, 0], n_states)
-        _in_range("exceptions[:, 1] (values)", exceptions[:, 1], n_values)
-        _in_range("exceptions[:, 2] (destinations)", exceptions[:, 2], n_states)
+        exceptions = check_int_array("exceptions", self.exceptions, (None, 3))
+        check_in_range("default", default, n_states)
+        check_in_range("row_of", row_of, default.shape[0])
+        check_in_range("exceptions[:, 0] (states)", exceptions[:, 0], n_states)
+        check_in_range("exceptions[:, 1] (values)", exceptions[:, 1], n_values)
+        check_in_range("exceptions[:, 2] (destinations)", exceptions[:, 2], n_states)
         keys = exceptions[:, 0] * n_values + exceptions[:, 1]
         order = np.argsort(keys, kind="stable")
         exceptions, keys = exceptions[order], keys[order]
@@ -238,9 +239,9 @@ class SparseDFA:
 
     def step(self, states: np.ndarray | int, values: np.ndarray | int) -> np.ndarray:
         """Destinations of ``(states, values)`` (broadcast integer arrays; values must lie in ``0 .. n_values-1``)."""
-        states, values = (_int_array(name, a, (None,) * np.ndim(a)) for name, a in (("states", states), ("values", values)))
-        _in_range("states", states, self.n_states)
-        _in_range("values", values, self.n_values)
+        states, values = (check_int_array(name, a, (None,) * np.ndim(a)) for name, a in (("states", states), ("values", values)))
+        check_in_range("states", states, self.n_states)
+        check_in_range("values", values, self.n_values)
         states, values = np.broadcast_arrays(states, values)
         dest = self.default[self.row_of[states], values]
         if not len(self._keys):
@@ -252,7 +253,7 @@ class SparseDFA:
     def run(self, word: Sequence[int]) -> int:
         """The state reached after reading ``word`` from ``start``."""
         s = self.start
-        for c in _word(word, self.n_values):
+        for c in check_word(word, self.n_values):
             s = int(self.step(s, c))
         return s
 
@@ -279,45 +280,6 @@ class SparseDFA:
         """Canonical content (for the compile cache)."""
         digest = hashlib.sha256(b"".join(a.tobytes() for a in (self.default, self.exceptions, self.row_of))).hexdigest()
         return ("sparse", self.n_states, self.n_values, self.start, tuple(sorted(self.accepting)), digest)
-
-
-def _states(name: str, states: Iterable[int], n_states: int) -> frozenset[int]:
-    try:
-        listed = list(states)
-    except TypeError:
-        raise TypeError(f"{name} must be an iterable of int states, got {states!r}") from None
-    out = frozenset(check_int(f"{name} state", s) for s in listed)
-    bad = sorted(s for s in out if not 0 <= s < n_states)
-    if bad:
-        raise ValueError(f"{name} state {bad[0]} is out of range 0..{n_states - 1}")
-    return out
-
-
-def _word(word: Sequence[int], n_values: int) -> list[int]:
-    """``word``'s values as ints, each checked to lie in ``0 .. n_values-1`` (a negative one would index from the end)."""
-    values = [check_int(f"word[{i}]", c, 0) for i, c in enumerate(word)]
-    bad = [c for c in values if c >= n_values]
-    if bad:
-        raise ValueError(f"word holds value {bad[0]}, outside the automaton's values 0..{n_values - 1}")
-    return values
-
-
-def _int_array(name: str, value: object, shape: tuple[int | None, ...]) -> np.ndarray:
-    a = np.asarray(value)
-    if a.size == 0:
-        a = a.astype(np.int64).reshape([0 if n is None else n for n in shape])
-    if a.ndim != len(shape) or any(n is not None and n != m for n, m in zip(shape, a.shape)):
-        want = str(tuple("rows" if n is None else n for n in shape)).replace("'", "")
-        raise ValueError(f"{name} must have shape {want}, got {a.shape}")
-    if a.size and not np.issubdtype(a.dtype, np.integer):
-        raise TypeError(f"{name} must hold integers, got dtype {a.dtype}")
-    return np.array(a, dtype=np.int64)
-
-
-def _in_range(name: str, a: np.ndarray, n: int) -> None:
-    bad = np.flatnonzero((a < 0) | (a >= n))
-    if bad.size:
-        raise ValueError(f"{name} holds {int(a.reshape(-1)[bad[0]])}, outside 0..{n - 1}")
 
 
 def automaton_node(b: CircuitBuilder, dfa: DFA, positions: Sequence[int] | None = None) -> int:

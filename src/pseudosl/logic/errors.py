@@ -18,10 +18,14 @@ value and the fix:
 from __future__ import annotations
 
 import operator
+from typing import Iterable, Sequence
+
+import numpy as np
 
 __all__ = ["CircuitError", "CircuitFormatError", "DimacsFormatError", "SddFormatError", "SizeLimitError",
            "UnsatisfiableError", "DEFAULT_MAX_VARS", "DEFAULT_MAX_NODES", "DEFAULT_MAX_EDGES", "VARS_CEILING", "as_int",
-           "check_int", "check_limit", "check_vars", "parse_int_token"]
+           "check_int", "check_limit", "check_vars", "parse_int_token", "check_states", "check_word", "check_int_array",
+           "check_in_range"]
 
 DEFAULT_MAX_VARS = 100_000
 """Default ``max_vars`` of the front-ends: a circuit holds two leaves per Boolean variable, and a root
@@ -153,3 +157,45 @@ def check_vars(what: str, n_vars: int, max_vars: int | None, why: str = "") -> N
     if n_vars > VARS_CEILING:
         raise SizeLimitError(f"{what} {n_vars:,}, beyond the {VARS_CEILING:,} variables any circuit can hold even "
                              f"with max_vars=None (two leaves per variable); use fewer variables")
+
+
+def check_states(name: str, states: Iterable[int], n_states: int) -> frozenset[int]:
+    """``states`` as a frozenset of ints, each a state ``0 .. n_states-1``."""
+    try:
+        listed = list(states)
+    except TypeError:
+        raise TypeError(f"{name} must be an iterable of int states, got {states!r}") from None
+    out = frozenset(check_int(f"{name} state", s) for s in listed)
+    bad = sorted(s for s in out if not 0 <= s < n_states)
+    if bad:
+        raise ValueError(f"{name} state {bad[0]} is out of range 0..{n_states - 1}")
+    return out
+
+
+def check_word(word: Sequence[int], n_values: int) -> list[int]:
+    """``word``'s values as ints, each checked to lie in ``0 .. n_values-1`` (a negative one would index from the end)."""
+    values = [check_int(f"word[{i}]", c, 0) for i, c in enumerate(word)]
+    bad = [c for c in values if c >= n_values]
+    if bad:
+        raise ValueError(f"word holds value {bad[0]}, outside the automaton's values 0..{n_values - 1}")
+    return values
+
+
+def check_int_array(name: str, value: object, shape: tuple[int | None, ...]) -> np.ndarray:
+    """``value`` as an int64 array of ``shape`` (``None``: any length on that axis)."""
+    a = np.asarray(value)
+    if a.size == 0:
+        a = a.astype(np.int64).reshape([0 if n is None else n for n in shape])
+    if a.ndim != len(shape) or any(n is not None and n != m for n, m in zip(shape, a.shape)):
+        want = str(tuple("rows" if n is None else n for n in shape)).replace("'", "")
+        raise ValueError(f"{name} must have shape {want}, got {a.shape}")
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{name} must hold integers, got dtype {a.dtype}")
+    return np.array(a, dtype=np.int64)
+
+
+def check_in_range(name: str, a: np.ndarray, n: int) -> None:
+    """Every entry of ``a`` lies in ``0 .. n-1``."""
+    bad = np.flatnonzero((a < 0) | (a >= n))
+    if bad.size:
+        raise ValueError(f"{name} holds {int(a.reshape(-1)[bad[0]])}, outside 0..{n - 1}")
