@@ -6,7 +6,7 @@ The word list is the package's default (``load_words()``), each word as written 
 with and without a leading space; the sequences are their tokenizations.  Their ``D`` distinct tokens
 become values ``0 .. D-1`` and every other token the catch-all ``D``, as in
 :func:`pseudosl.no_forbidden_sequences`.  The Aho--Corasick automaton is built sparse
-(:func:`~pseudosl.logic.automaton.forbidden_words_sparse_dfa`) and compiled over each window
+(:func:`~pseudosl.logic.automaton.forbidden_sequences_sparse_dfa`) and compiled over each window
 (:func:`pseudosl.compile_automaton`, uncached).  Printed: automaton states, values, exceptions; per
 window the circuit's nodes, edges and layers, the median of ``--reps`` compile times (circuit arrays +
 evaluation plan), one ``log_prob`` forward+backward on ``--batch`` random windows, and for comparison
@@ -30,7 +30,7 @@ import torch
 
 import pseudosl
 from pseudosl.experiments.detox.words import load_words
-from pseudosl.logic.automaton import SparseDFA, forbidden_words_sparse_dfa
+from pseudosl.logic.automaton import SparseDFA, forbidden_sequences_sparse_dfa
 
 
 def smollm2_tokenizer():
@@ -78,7 +78,7 @@ def main() -> None:
     tokens = sorted({t for s in seqs for t in s})
     index = {t: v for v, t in enumerate(tokens)}
     start = time.perf_counter()
-    dfa = forbidden_words_sparse_dfa([[index[t] for t in s] for s in seqs], len(tokens) + 1)
+    dfa = forbidden_sequences_sparse_dfa([[index[t] for t in s] for s in seqs], len(tokens) + 1)
     build_s = time.perf_counter() - start
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, torch {torch.__version__}, 1 thread; "
           f"vocabulary {len(tokenizer):,}, {len(seqs):,} sequences")

@@ -33,7 +33,7 @@ import torch
 
 import pseudosl
 from pseudosl import Circuit
-from pseudosl.logic.automaton import forbidden_words_dfa
+from pseudosl.logic.automaton import forbidden_sequences_dfa
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "bench" / "circuits"
 
@@ -101,7 +101,7 @@ def benchmark_circuits(include_experiments: bool, folder: Path = SHARED) -> list
         sudoku = compile_all_different(81, 9, rows + cols + boxes)
         out.append(("sudoku-9x9 (27 all-different roots)", sudoku, None))
         words = [[1, 2], [3, 4, 5], [6, 7, 8, 9], [2, 3], [10, 11, 12]]  # 12 token classes + catch-all
-        detox = pseudosl.compile_automaton(forbidden_words_dfa(words, 13), 10)
+        detox = pseudosl.compile_automaton(forbidden_sequences_dfa(words, 13), 10)
         out.append(("forbidden-words DFA (10 pos, 13 values)", detox, None))
     return out
 

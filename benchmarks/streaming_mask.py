@@ -32,7 +32,7 @@ import torch
 import pseudosl
 from pseudosl.experiments.detox.constraint import forbidden_sequences
 from pseudosl.experiments.detox.words import load_words
-from pseudosl.logic.automaton import SparseDFA, forbidden_words_dfa
+from pseudosl.logic.automaton import SparseDFA, forbidden_sequences_dfa
 from pseudosl.psl.constraint import AutomatonConstraint, ValueMap
 
 VOCAB = 49_152  # SmolLM2's
@@ -66,7 +66,7 @@ def word_sequences(synthetic_vocab: int | None = None) -> tuple[list[list[int]],
 def automaton_constraint(seqs: list[list[int]], vocab: int) -> AutomatonConstraint:
     tokens = sorted({t for s in seqs for t in s})
     index = {t: v for v, t in enumerate(tokens)}
-    dfa = forbidden_words_dfa([[index[t] for t in s] for s in seqs], len(tokens) + 1)
+    dfa = forbidden_sequences_dfa([[index[t] for t in s] for s in seqs], len(tokens) + 1)
     return AutomatonConstraint(SparseDFA.from_dense(dfa), ValueMap(tokens, vocab))
 
 
