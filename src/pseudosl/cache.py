@@ -70,20 +70,7 @@ def cached_circuit(key_parts: object, build: Callable[[], Circuit], *, enabled: 
         except (OSError, ValueError) as e:
             warnings.warn(f"ignoring an unreadable or mismatching cached circuit {path} ({e}); rebuilding it")
     circuit = _checked(build())
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")  # .npz: savez adds none
-        os.close(fd)
-        try:
-            circuit.dag.save(tmp, label=key)
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600; cache entries are ordinary files
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    except OSError as e:
-        warnings.warn(f"could not write the circuit cache at {path.parent} ({e}); "
-                      f"set PSEUDOSL_CACHE to a writable folder or pass cache=False")
+    _write_entry(path, lambda tmp: circuit.dag.save(tmp, label=key))
     return circuit
 
 
@@ -108,13 +95,21 @@ def cached_arrays(key_parts: object, build: Callable[[], dict[str, np.ndarray]],
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
             warnings.warn(f"ignoring an unreadable or mismatching cache entry {path} ({e}); rebuilding it")
     arrays = {name: np.asarray(a) for name, a in build().items()}
+    _write_entry(path, lambda tmp: np.savez(tmp, __key__=np.array(key), __checksum__=np.array(_checksum(arrays)),
+                                            **arrays))
+    return arrays
+
+
+def _write_entry(path: Path, write: Callable[[str], None]) -> None:
+    """``write(tmp)`` a cache entry to a temporary ``.npz`` beside ``path``, then rename it into place (whole or not
+    at all); a cache that cannot be written is a warning, not an error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")  # .npz: savez adds none
         os.close(fd)
         try:
-            np.savez(tmp, __key__=np.array(key), __checksum__=np.array(_checksum(arrays)), **arrays)
-            os.chmod(tmp, 0o644)
+            write(tmp)
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600; cache entries are ordinary files
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
@@ -122,7 +117,6 @@ def cached_arrays(key_parts: object, build: Callable[[], dict[str, np.ndarray]],
     except OSError as e:
         warnings.warn(f"could not write the cache at {path.parent} ({e}); "
                       f"set PSEUDOSL_CACHE to a writable folder or pass cache=False")
-    return arrays
 
 
 def _checksum(arrays: dict[str, np.ndarray]) -> str:

@@ -37,7 +37,7 @@ from typing import Sequence
 import torch
 
 from ..errors import RunFolderError, StorageError, user_message
-from .checkpoints import checkpoint_bytes, checkpoint_from_bytes, has_checksum, load_checkpoint
+from .checkpoints import checkpoint_bytes, checkpoint_from_bytes, has_checksum, load_checkpoint, sha256_file
 from .runs import LOCK, TMP_PREFIX, atomic_path, run_dirs
 
 __all__ = ["pack", "unpack", "missing_parts", "PART_BYTES"]
@@ -167,17 +167,10 @@ def missing_parts(manifest_path: str | Path) -> list[str]:
     bad = []
     for part in read_manifest(manifest_path)["parts"]:
         path = manifest_path.parent / part["file"]
-        if not path.is_file() or path.stat().st_size != part["bytes"] or _sha256(path) != part["sha256"]:
+        if not path.is_file() or path.stat().st_size != part["bytes"] or sha256_file(path) != part["sha256"]:
             bad.append(part["file"])
     return bad
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class _Joined(io.RawIOBase):

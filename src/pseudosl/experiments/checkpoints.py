@@ -37,7 +37,7 @@ from .config import ConfigError, RunConfig
 from .runs import atomic_path, check_identity
 
 __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "checkpoint_bytes", "checkpoint_from_bytes",
-           "has_checksum", "check_continuable", "load_weights", "KEYS"]
+           "has_checksum", "check_continuable", "load_weights", "sha256_file", "KEYS"]
 
 KEYS = frozenset({"config", "model_name", "seed", "epoch", "model", "optimizer", "rng", "history"})
 _PREFIX = b"\n#pseudosl-checkpoint sha256="
@@ -54,7 +54,8 @@ def _trailer(digest: str) -> bytes:
     return _PREFIX + digest.encode() + b"\n"
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -69,7 +70,7 @@ def save_checkpoint(ckpt: dict, path: Path) -> None:
     a failed write (a full disk) is a :class:`~pseudosl.errors.StorageError` naming ``path``."""
     with atomic_path(path) as tmp:
         torch.save(ckpt, tmp)
-        digest = _sha256_file(tmp)
+        digest = sha256_file(tmp)
         with open(tmp, "ab") as f:
             f.write(_trailer(digest))
 

@@ -37,6 +37,17 @@ from .errors import (DEFAULT_MAX_EDGES, check_in_range, check_int, check_int_arr
 __all__ = ["DFA", "SparseDFA", "automaton_node", "forbidden_sequences_dfa", "forbidden_sequences_sparse_dfa"]
 
 
+def _checked_header(dfa: "DFA | SparseDFA") -> tuple[int, int, int, frozenset[int]]:
+    """``(n_states, n_values, start, accepting)`` of a DFA being made, each checked."""
+    n_states = check_int("n_states", dfa.n_states, low=1)
+    n_values = check_int("n_values", dfa.n_values, low=2,
+                         fix=" (a circuit variable needs >= 2 values; add an unused catch-all value)")
+    start = check_int("start", dfa.start, low=0)
+    if start >= n_states:
+        raise ValueError(f"start state {start} is out of range 0..{n_states - 1}")
+    return n_states, n_values, start, check_states("accepting", dfa.accepting, n_states)
+
+
 @dataclass(frozen=True, eq=False)
 class DFA:
     """A complete DFA: ``delta`` is an ``(n_states, n_values)`` int array of next states.
@@ -56,13 +67,7 @@ class DFA:
     delta: np.ndarray
 
     def __post_init__(self) -> None:
-        n_states = check_int("n_states", self.n_states, low=1)
-        n_values = check_int("n_values", self.n_values, low=2,
-                        fix=" (a circuit variable needs >= 2 values; add an unused catch-all value)")
-        start = check_int("start", self.start, low=0)
-        if start >= n_states:
-            raise ValueError(f"start state {start} is out of range 0..{n_states - 1}")
-        accepting = check_states("accepting", self.accepting, n_states)
+        n_states, n_values, start, accepting = _checked_header(self)
         delta = np.asarray(self.delta)
         if delta.shape != (n_states, n_values):
             raise ValueError(f"delta must have shape (n_states, n_values) = ({n_states}, {n_values}), "
@@ -174,13 +179,7 @@ class SparseDFA:
     row_of: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        n_states = check_int("n_states", self.n_states, low=1)
-        n_values = check_int("n_values", self.n_values, low=2,
-                             fix=" (a circuit variable needs >= 2 values; add an unused catch-all value)")
-        start = check_int("start", self.start, low=0)
-        if start >= n_states:
-            raise ValueError(f"start state {start} is out of range 0..{n_states - 1}")
-        accepting = check_states("accepting", self.accepting, n_states)
+        n_states, n_values, start, accepting = _checked_header(self)
         default = np.asarray(self.default)
         default = check_int_array("default", default[None] if default.ndim == 1 else default, (None, n_values))
         if default.shape[0] < 1:
