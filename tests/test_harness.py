@@ -242,7 +242,8 @@ def test_reproduce_writes_under_runs_unless_asked_to_write_the_docs(tmp_path, mo
     presets = tmp_path / "presets"
     presets.mkdir()
     (presets / "cpu.toml").write_text('preset = "cpu"\nmodels = ["convnet", "convnet_sl"]\nseeds = [0, 1]\nsize = 4\n'
-                                      'n_missing = 6\nn_train = 16\nn_test = 8\nepochs = 1\nconv_channels = 4\n'
+                                      'n_missing = 6\nn_train = 16\nn_val = 8\nn_test = 8\nepochs = 2\npatience = 1\n'
+                                      'conv_channels = 4\n'
                                       f'conv_layers = 1\nnote = "the cpu note"\ndata_dir = "{tmp_path / "d"}"\n')
     monkeypatch.setattr(sudoku_train.SudokuExperiment, "presets", presets)
     monkeypatch.setattr(warcraft_train.WarcraftExperiment, "presets", tmp_path / "none")
@@ -256,10 +257,13 @@ def test_reproduce_writes_under_runs_unless_asked_to_write_the_docs(tmp_path, mo
     assert copy.startswith("# Results\nprose\n") and "STALE BLOCK" not in copy and "the cpu note" in copy
     assert "ConvNet + SL vs ConvNet  " in copy and "pseudosl sudoku train --preset cpu" in copy
     assert "Time per run, wall / CPU (training epochs): ConvNet" in copy and "cpu:warcraft" not in copy
+    assert "up to 2 epochs, patience 1" in copy and "Training length (at most 2 epochs" in copy
+    assert "![sudoku paired_by_epoch](figures/sudoku-cpu-paired_by_epoch.png)" in copy
     cli(["reproduce", "--cpu", "--only", "sudoku", "--write-docs"])
     written = (tmp_path / "docs" / "results.md").read_text()
     assert "STALE BLOCK" not in written and "ConvNet + SL vs ConvNet" in written
     assert (tmp_path / "docs" / "figures" / "sudoku-cpu-curves.png").stat().st_size > 0
+    assert (tmp_path / "docs" / "figures" / "sudoku-cpu-paired_by_epoch.png").stat().st_size > 0
 
 
 def test_a_paper_shaped_block_keeps_the_comparisons_and_the_bar_chart(tmp_path):
@@ -277,7 +281,7 @@ def test_a_paper_shaped_block_keeps_the_comparisons_and_the_bar_chart(tmp_path):
     result = {"out": str(out), "content_key": "abcd1234", "wall_s": 60.0, "findings": "Paired by seed: lines\n\nnote",
               "machine": {"device": "cpu", "torch": "2", "threads": 1}, "runs": [{"model": "rnn", "wall_s": 1.0,
                                                                                    "cpu_s": 1.0}]}
-    cfg = SimpleNamespace(preset="cpu", seeds=[0], epochs=1, jobs=1)
+    cfg = SimpleNamespace(preset="cpu", seeds=[0], epochs=1, jobs=1, patience=None)
     text = experiment_section(SudokuExperiment(), cfg, result, "pseudosl sudoku train", tmp_path / "figs", "figures")
     assert "| A | 1 |" in text and "```\nPaired by seed: lines\n\nnote\n```" in text and "the plain table" not in text
     assert text.index("sudoku-cpu-comparison.png") < text.index("sudoku-cpu-curves.png")

@@ -59,14 +59,17 @@ def experiment_section(exp, cfg, result: dict, command: str, figures: Path, rel:
     out = Path(result["out"])
     stem = f"{exp.name}-{cfg.preset}"
     pics = []
-    for kind in ("comparison", "curves", "examples"):  # comparison.png: an experiment's bar chart of the rows, if any
+    # comparison.png: an experiment's bar chart of the rows, if any; paired_by_epoch.png: where models have a base
+    for kind in ("comparison", "curves", "paired_by_epoch", "examples"):
         src = out / f"{kind}.png"
         if src.exists():
             figures.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, figures / f"{stem}-{kind}.png")
             pics.append(f"![{exp.name} {kind}]({rel}/{stem}-{kind}.png)")
     m = result["machine"]
-    lines = [f"Command: `{command}` (config {result['content_key']}, seeds {cfg.seeds}, {cfg.epochs} epochs).",
+    budget = f"up to {cfg.epochs} epochs, patience {cfg.patience}" if cfg.patience else \
+        f"{cfg.epochs} epochs"
+    lines = [f"Command: `{command}` (config {result['content_key']}, seeds {cfg.seeds}, {budget}).",
              f"Machine: {m['device']}, torch {m['torch']}, {m['threads']} threads" + _load(m) + "; wall time "
              f"{result['wall_s'] / 60:.1f} min" + (f" ({cfg.jobs} runs at a time)" if cfg.jobs > 1 else "") + ".",
              _per_run(exp, result), ""]

@@ -26,9 +26,12 @@ harness owns everything else, the same for every experiment:
 * extra decoders: ``decoders = ["constrained"]`` evaluates every selected checkpoint once more per decoder
   (``Experiment.decoders``), each a row of its own; ``eval --decoders`` adds them to trained runs;
 * results: ``results.json`` (config, per-run metrics and curves, mean ± std per row, the paired
-  comparisons with their base models, the paper's numbers, machine), ``table.txt`` (table, comparisons,
-  how checkpoints were selected, the preset's ``note``), ``curves.png`` and the experiment's example figure
-  (tables and statistics: :mod:`pseudosl.experiments.summary`);
+  comparisons with their base models, the training lengths and the paired differences per epoch, the paper's
+  numbers, machine), ``table.txt`` (table, comparisons, how checkpoints were selected, how long the runs trained
+  and whether they reached the epoch cap still improving, i.e. are not converged, the preset's ``note``),
+  ``curves.png``, ``paired_by_epoch.png`` (each constrained model minus its base at every epoch of the budget)
+  and the experiment's example figure (tables and statistics: :mod:`pseudosl.experiments.summary`, training
+  length and the effect over the budget: :mod:`pseudosl.experiments.convergence`);
 * Accelerate: runs unchanged under ``accelerate launch``; only the main process writes files.
 
 """
@@ -50,6 +53,7 @@ from ..errors import PseudoslError, RunFolderError, StorageError
 from ..logic.errors import check_int
 from .checkpoints import CheckpointError, check_continuable, load_checkpoint, load_weights
 from .config import ConfigError, RunConfig, model_variant
+from .convergence import EPOCH_RULE, format_training, paired_by_epoch, training_lengths
 from .experiment import Experiment, Splits
 from .loop import evaluate_model, save, seed_all, train_run
 from .runs import (LOCK, MANIFEST, atomic_path, check_identity, check_manifest, check_out_folder, run_dirs,
@@ -135,13 +139,18 @@ def _rows(runs: list[dict], models: list[str]) -> tuple[list[dict], list[str]]:
 
 
 def _tables(exp: Experiment, cfg: RunConfig, runs: list[dict], models: list[str], title: str) -> dict:
-    """Summary, paired comparisons and the text of the table for ``runs`` (one config)."""
+    """Summary, paired comparisons (at the end and per epoch), training lengths and the text of the table for
+    ``runs`` (one config)."""
     labels = fill_decoder_labels(exp.decoders, cfg.to_dict())  # "resample {resample_candidates}" -> "resample 16"
     records, rows = _rows(runs, models)
     summary = summarize(records, exp.metrics, rows)
     comparisons = paired_comparisons(exp, records, rows)
-    findings = format_findings(exp, comparisons, records, cfg.note, exp.selection_order(cfg), labels)
+    lengths = training_lengths(runs, cfg.epochs)
+    training = format_training(exp, lengths, cfg.epochs, cfg.patience, labels)
+    findings = format_findings(exp, comparisons, records, cfg.note, exp.selection_order(cfg), labels, training)
     return {"summary": summary, "comparisons": comparisons, "findings": findings,
+            "training": {"epochs": cfg.epochs, "patience": cfg.patience, "rows": lengths},
+            "paired_by_epoch": {"rule": EPOCH_RULE, "curves": paired_by_epoch(exp, cfg, records, rows)},
             "text": format_table(exp, summary, title, labels) + ("\n\n" + findings if findings else "")}
 
 
@@ -203,17 +212,23 @@ def _train(exp: Experiment, cfg: RunConfig, out: Path, accelerator: Any, resume:
     tables = _tables(exp, cfg, runs, cfg.models, _title(exp, cfg, splits))
     summary = tables["summary"]
     result = {"experiment": exp.name, "config": cfg.to_dict(), "content_key": cfg.content_key(), "summary": summary,
-              "comparisons": tables["comparisons"], "findings": tables["findings"],
+              "comparisons": tables["comparisons"], "findings": tables["findings"], "training": tables["training"],
+              "paired_by_epoch": tables["paired_by_epoch"],
               "paper": exp.paper, "wall_s": time.time() - t0, "world_size": accelerator.num_processes,
               "machine": _machine(), "runs": [{k: v for k, v in r.items() if k != "predictions"} for r in runs]}
     if accelerator.is_main_process:
-        from .plots import plot_curves
+        from .plots import plot_curves, plot_paired_by_epoch
         with atomic_path(out / "results.json") as tmp:
             tmp.write_text(json.dumps(result, indent=2))
+        labels = {m: model_label(exp, m) for m in cfg.models}
         with atomic_path(out / "curves.png") as tmp:
-            plot_curves(result["runs"], exp.curve_metrics or exp.metrics, tmp,
-                        labels={m: model_label(exp, m) for m in cfg.models}, title=f"{exp.name}, preset {cfg.preset}",
-                        units=exp.units)
+            plot_curves(result["runs"], exp.curve_metrics or exp.metrics, tmp, labels=labels,
+                        title=f"{exp.name}, preset {cfg.preset}", units=exp.units)
+        (out / "paired_by_epoch.png").unlink(missing_ok=True)  # none without pairs: no stale figure either
+        if result["paired_by_epoch"]["curves"]:
+            with atomic_path(out / "paired_by_epoch.png") as tmp:
+                plot_paired_by_epoch(result["paired_by_epoch"]["curves"], tmp, labels=labels,
+                                     title=f"{exp.name}, preset {cfg.preset}", rule=EPOCH_RULE)
         first: dict[str, Any] = {}
         for r in runs:
             first.setdefault(r["model"], r["predictions"])
@@ -264,8 +279,9 @@ def _train_parallel(exp: Experiment, cfg: RunConfig, pairs: list[tuple[str, int]
 
 def _title(exp: Experiment, cfg: RunConfig, splits: Splits) -> str:
     sel = "checkpoint selected on validation, " if splits.val is not None else ""
+    budget = f"up to {cfg.epochs} epochs, patience {cfg.patience}" if cfg.patience else f"{cfg.epochs} epochs"
     return (f"{exp.name} (test split, {sel}mean ± std over seeds; preset {cfg.preset}, "
-            f"config {cfg.content_key()}, {cfg.epochs} epochs)")
+            f"config {cfg.content_key()}, {budget})")
 
 
 def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] | None = None,
@@ -329,6 +345,9 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
                    for d in cfg.decoders}
         groups.setdefault(key, []).append({"model": ckpt["model_name"], "seed": ckpt["seed"], "epoch": ckpt["epoch"],
                                            "path": str(path), **metrics, "decoded": decoded,
+                                           "epochs_trained": ckpt["epoch"],
+                                           "selected_epoch": ckpt.get("best_epoch") or ckpt["epoch"],
+                                           "stopped_early": bool(ckpt.get("stopped", False)),
                                            "selected_on": selection_reason(exp, run_cfg, ckpt["history"],
                                                                            ckpt.get("best_epoch", 0))})
         accelerator.print(f"{path}: epoch {ckpt['epoch']}, " + ", ".join(f"{m} {metrics[m]:.2f}{unit(exp, m)}"
@@ -341,6 +360,6 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
         title = f"{exp.name} (test split; preset {cfg.preset}, config {key[0]}{done})"
         t = _tables(exp, cfg, runs, list(dict.fromkeys(r["model"] for r in runs)), title)
         tables.append({"config": cfg.to_dict(), "content_key": key[0], "epochs": key[1], "summary": t["summary"],
-                       "comparisons": t["comparisons"], "runs": runs})
+                       "comparisons": t["comparisons"], "training": t["training"], "runs": runs})
         accelerator.print(t["text"])
     return {"tables": tables}

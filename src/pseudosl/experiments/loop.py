@@ -53,7 +53,8 @@ def checkpoint_path(out: Path, name: str, seed: int) -> Path:
 # -- one model, one seed --------------------------------------------------------------------------
 def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Splits, accelerator: Any,
               out: Path, resume: bool = False) -> dict:
-    """Train ``name`` with ``seed``; returns test metrics (of the selected checkpoint), history, predictions."""
+    """Train ``name`` with ``seed``; returns test metrics (of the selected checkpoint), history, predictions, the
+    epochs trained, the selected epoch and whether the patience stop ended the run (``stopped_early``)."""
     ckpt_path = checkpoint_path(out, name, seed)
     shared, (base, cfg) = cfg, model_variant(cfg, name)  # a variant "name@field=value" trains with its overrides
     seed_all(seed)
@@ -131,7 +132,7 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
     metrics, pred = evaluate_model(exp, model, splits.test, cfg, accelerator)
     decoded = {d: evaluate_model(exp, model, splits.test, cfg, accelerator, decoder=d, seed=seed)[0] for d in cfg.decoders}
     return {"model": name, "seed": seed, **metrics, "epochs_trained": state["epoch"],
-            "selected_epoch": state["best_epoch"] or state["epoch"],
+            "selected_epoch": state["best_epoch"] or state["epoch"], "stopped_early": bool(state["stopped"]),
             "selected_on": selection_reason(exp, cfg, state["history"], state["best_epoch"]),
             "decoded": decoded, "history": state["history"], "wall_s": state["wall_s"], "cpu_s": state["cpu_s"],
             "predictions": pred}

@@ -1,7 +1,10 @@
-"""Training curves shared by every experiment: the loss terms and each metric per epoch, per model and seed."""
+"""Figures shared by every experiment: the training curves (the loss terms and each metric per epoch, per model
+and seed: :func:`plot_curves`) and the paired effect of each constrained model over the budget
+(:func:`plot_paired_by_epoch`)."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -10,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-__all__ = ["plot_curves"]
+__all__ = ["plot_curves", "plot_paired_by_epoch"]
 
 _MARKERS = "osD^vP*X"
 
@@ -98,5 +101,44 @@ def plot_curves(runs: list[dict], metrics: tuple[str, ...], path: str | Path, la
         fig.suptitle(title + (f"  (models shifted by up to ±{most:.2f} epoch so that equal curves stay visible)"
                               if len(models) > 1 else ""), fontsize=10)
     fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_paired_by_epoch(curves: list[dict], path: str | Path, labels: dict[str, str] | None = None, title: str = "",
+                         rule: str = "") -> None:
+    """One panel per metric of ``curves`` (:func:`.convergence.paired_by_epoch`): per pair a line of the mean
+    per-seed difference "model - base" at each epoch with its 95 % t band, the zero line, and in the legend the
+    number of paired seeds (its range where it changes with the epoch); the panel title says which sign is
+    better.  ``rule`` (which checkpoint of a run counts at an epoch) is printed under the panels."""
+    labels = labels or {}
+    metrics = list(dict.fromkeys(c["metric"] for c in curves))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 4.2), squeeze=False)
+    for ax, m in zip(axes[0], metrics):
+        ax.axhline(0.0, color="black", lw=0.9)
+        for j, c in enumerate(x for x in curves if x["metric"] == m):
+            pts = c["points"]
+            x = [p["epoch"] for p in pts]
+            ns = sorted({p["n"] for p in pts})
+            n = f"n = {ns[0]}" if len(ns) == 1 else f"n = {ns[0]}–{ns[-1]} by epoch"
+            label = f"{labels.get(c['model'], c['model'])} vs {labels.get(c['base'], c['base'])} ({n})"
+            ax.plot(x, [p["mean"] for p in pts], color=f"C{j % 10}", marker=_MARKERS[j % len(_MARKERS)],
+                    markersize=3, lw=1.3, label=label)
+            ax.fill_between(x, [p["lo"] for p in pts], [p["hi"] for p in pts], color=f"C{j % 10}", alpha=0.15, lw=0)
+        first = next(c for c in curves if c["metric"] == m)
+        u = first["unit"]
+        sign = "below" if first["lower_is_better"] else "above"
+        ax.set(xlabel="epoch (training budget)", ylabel=f"difference ({'points' if u == '%' else u})" if u else
+               "difference", title=f"test {m}, model − base\n({sign} 0: the model beats its base"
+               + ("; lower is better)" if first["lower_is_better"] else ")"))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle((title + ": " if title else "") + "paired difference per epoch, mean over seeds and 95 % t interval",
+                 fontsize=10)
+    caption = textwrap.wrap(rule[:1].upper() + rule[1:] + "." if rule else "", 70 + 50 * len(metrics))
+    if caption:
+        fig.text(0.01, 0.01, "\n".join(caption), fontsize=7, va="bottom")
+    fig.tight_layout(rect=(0, 0.035 * len(caption), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

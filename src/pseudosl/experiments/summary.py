@@ -9,7 +9,8 @@
 * :func:`selection_reason`: which validation metric chose a run's checkpoint (``metrics[0]``, or the
   finer metric that broke its tie);
 * :func:`format_report`: the text of ``table.txt`` and of the printout: the table, then
-  :func:`format_findings` (the comparisons, the selection, and the preset's ``note``).
+  :func:`format_findings` (the comparisons, the selection, how long the runs trained (made by
+  :mod:`.convergence`), and the preset's ``note``).
 
 Rows: a table row is a model (or model variant) decoded greedily, or ``"<model>|<decoder>"`` for an
 extra decoder of ``cfg.decoders`` evaluated on the same checkpoint (:func:`row_key`).
@@ -26,8 +27,8 @@ from ..logic.errors import check_int
 from .config import RunConfig, split_model
 from .experiment import Experiment
 
-__all__ = ["summarize", "paired_comparisons", "student_t_quantile", "verdict", "selection_score",
-           "selection_reason", "format_table", "format_comparisons", "format_findings", "format_report", "fill_decoder_labels",
+__all__ = ["summarize", "paired_comparisons", "base_rows", "student_t_quantile", "t_interval", "verdict",
+           "selection_score", "selection_reason", "format_table", "format_comparisons", "format_findings", "format_report", "fill_decoder_labels",
            "model_label", "unit", "row_key", "split_row", "VERDICTS", "VERDICT_WORDS"]
 
 VERDICTS = ("beats its base beyond the 95 % interval", "not distinguishable from its base",
@@ -108,6 +109,22 @@ def student_t_quantile(p: float, df: int) -> float:
     return float(t.ppf(p, df))
 
 
+def t_interval(values: list[float]) -> tuple[float, float, float, float]:
+    """Mean, sample std (ddof = 1) and the 95 % Student-t interval ``mean ± t_{0.975, n-1} · std / sqrt(n)`` of
+    ``n >= 1`` values (std and interval NaN for one value).
+
+    Example:
+        >>> [round(x, 3) for x in t_interval([3.0, 5.0])]
+        [4.0, 1.414, -8.706, 16.706]
+    """
+    d = np.asarray(values, dtype=float)
+    n = check_int("len(values)", len(d), 1, " (values to average)")
+    mean = float(d.mean())
+    std = float(d.std(ddof=1)) if n > 1 else float("nan")
+    half = student_t_quantile(0.975, n - 1) * std / math.sqrt(n) if n > 1 else float("nan")
+    return mean, std, mean - half, mean + half
+
+
 def verdict(lo: float, hi: float, lower_is_better: bool = False) -> str:
     """One of :data:`VERDICTS` for the interval ``[lo, hi]`` of "model minus its base"."""
     if math.isnan(lo) or math.isnan(hi):
@@ -116,7 +133,7 @@ def verdict(lo: float, hi: float, lower_is_better: bool = False) -> str:
     return VERDICTS[0] if better else VERDICTS[2] if worse else VERDICTS[1]
 
 
-def _base_rows(exp: Experiment, key: str, rows: list[str]) -> list[str]:
+def base_rows(exp: Experiment, key: str, rows: list[str]) -> list[str]:
     """The rows ``key`` is compared with: its model's base (``exp.baselines``) under the same decoder, and for
     an extra decoder also the same model decoded greedily."""
     model, decoder = split_row(key)
@@ -143,19 +160,15 @@ def paired_comparisons(exp: Experiment, runs: list[dict], rows: list[str]) -> li
     by = {(r["model"], r["seed"]): r for r in runs}
     out = []
     for key in rows:
-        for base in _base_rows(exp, key, rows):
+        for base in base_rows(exp, key, rows):
             for m in exp.comparison_metrics or exp.metrics:
                 pairs = [(s, by[(key, s)][m] - by[(base, s)][m]) for (k, s) in by
                          if k == key and (base, s) in by]
                 pairs = [(s, float(d)) for s, d in pairs if d == d]
-                d = np.array([v for _, v in pairs], dtype=float)
-                n = len(d)
-                if n == 0:
+                if not pairs:
                     continue
-                mean = float(d.mean()) if n else float("nan")
-                std = float(d.std(ddof=1)) if n > 1 else float("nan")
-                half = student_t_quantile(0.975, n - 1) * std / math.sqrt(n) if n > 1 else float("nan")
-                lo, hi = mean - half, mean + half
+                n = len(pairs)
+                mean, std, lo, hi = t_interval([v for _, v in pairs])
                 out.append({"model": key, "base": base, "metric": m, "seeds": [s for s, _ in pairs],
                             "differences": [v for _, v in pairs], "n": n, "mean": mean, "std": std,
                             "ci95": [lo, hi], "verdict": verdict(lo, hi, m in exp.lower_is_better)})
@@ -286,18 +299,20 @@ def _format_selection(exp: Experiment, runs: list[dict], order: list[str]) -> st
 
 
 def format_findings(exp: Experiment, comparisons: list[dict], runs: list[dict], note: str = "",
-                    selection_order: list[str] | None = None, decoder_labels: Mapping[str, str] | None = None) -> str:
+                    selection_order: list[str] | None = None, decoder_labels: Mapping[str, str] | None = None,
+                    training: str = "") -> str:
     """What follows the table in ``table.txt``: the paired comparisons, how checkpoints were selected (runs with
-    ``selected_on``; ``selection_order`` names the validation metrics in order), the preset's note.
-    ``decoder_labels``: as in :func:`model_label`."""
+    ``selected_on``; ``selection_order`` names the validation metrics in order), ``training`` (how long the runs
+    trained and whether they converged: :func:`pseudosl.experiments.convergence.format_training`), the preset's
+    note.  ``decoder_labels``: as in :func:`model_label`."""
     parts = [format_comparisons(exp, comparisons, decoder_labels), _format_selection(exp, runs, selection_order or []),
-             " ".join(note.split())]
+             training, " ".join(note.split())]
     return "\n\n".join(p for p in parts if p)
 
 
 def format_report(exp: Experiment, summary: dict, comparisons: list[dict], runs: list[dict], title: str,
                   note: str = "", selection_order: list[str] | None = None,
-                  decoder_labels: Mapping[str, str] | None = None) -> str:
+                  decoder_labels: Mapping[str, str] | None = None, training: str = "") -> str:
     """The text of ``table.txt``: the table (:func:`format_table`), then :func:`format_findings`."""
-    findings = format_findings(exp, comparisons, runs, note, selection_order, decoder_labels)
+    findings = format_findings(exp, comparisons, runs, note, selection_order, decoder_labels, training)
     return format_table(exp, summary, title, decoder_labels) + ("\n\n" + findings if findings else "")
