@@ -182,3 +182,6 @@ def test_train_reports_training_length_and_the_effect_over_the_budget(tmp_path):
     last = curves["exact"]["points"][-1]
     assert last["n"] == 2 and last["mean"] == pytest.approx(final["mean"], abs=1e-9)
     assert (out / "paired_by_epoch.png").stat().st_size > 0
+    from pseudosl.experiments.harness import evaluate_checkpoints
+    (again,) = evaluate_checkpoints(SudokuExperiment(), out)["tables"]   # eval reads the lengths from checkpoints
+    assert again["training"] == res["training"]
