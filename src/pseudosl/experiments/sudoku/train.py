@@ -33,7 +33,8 @@ from .data import SudokuData, augment, load_csv, load_or_generate, load_satnet
 from .decoding import DECODERS, check_decoder, decode
 from .models import build_model
 
-__all__ = ["SudokuExperiment", "Objective", "constraint_circuit", "load_data", "predict", "evaluate", "main", "PAPER", "LABELS"]
+__all__ = ["SudokuExperiment", "Objective", "constraint_circuit", "load_data", "predict", "evaluate", "main", "PAPER",
+           "LABELS"]
 
 PAPER = {"convnet": {"exact": 16.80}, "convnet_sl": {"exact": 22.10}, "rnn": {"exact": 22.40},
          "rnn_psl": {"exact": 28.20}}
