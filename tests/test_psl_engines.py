@@ -81,6 +81,31 @@ def test_recurrent_engine_candidates_and_dropout_flag():
     assert not torch.allclose(a, b)  # stochastic in train mode when asked to keep dropout
 
 
+@pytest.mark.parametrize("cell", ["rnn", "lstm", "gru"])
+def test_samples_come_from_the_eval_mode_model_the_conditionals_are_of(cell):
+    """A decoder with dropout, in train mode, samples as in eval mode (the distribution whose conditionals the engine
+    computes): the same generator seed gives the same draws, by decoder.sample and engine.sample alike, fixed
+    positions kept; every submodule's train mode is restored.  With dropout=True the engine keeps train mode."""
+    torch.manual_seed(0)
+    dec = RecurrentDecoder(3, 6, 16, num_layers=3, cell=cell, dropout=0.5, context_dim=4, step_dim=2)
+    ctx, steps = torch.randn(64, 4), torch.randn(64, 6, 2)
+    fixed = torch.full((64, 6), -1).index_fill_(1, torch.tensor([1, 4]), 2)
+
+    def seed() -> torch.Generator:
+        return torch.Generator().manual_seed(5)
+    want = dec.eval().sample(ctx, steps, generator=seed(), fixed=fixed)
+    dec.train()
+    got = dec.sample(ctx, steps, generator=seed(), fixed=fixed)
+    engine = dec.engine(ctx, steps)
+    by_engine = engine.sample(generator=seed(), fixed=fixed)
+    assert torch.equal(got, want) and torch.equal(by_engine, want) and (want[:, [1, 4]] == 2).all()
+    assert all(m.training for m in dec.modules())
+    stochastic = dec.engine(ctx, steps, dropout=True).sample(generator=seed(), fixed=fixed)
+    assert not torch.equal(stochastic, want) and all(m.training for m in dec.modules())
+    with pytest.raises(ValueError, match=r"fixed must be a long tensor of shape \(64, 6\)"):
+        engine.sample(fixed=fixed[:, :5])
+
+
 def test_an_anchor_the_fast_engine_cannot_produce_is_named_not_nan():
     """A head that gives value 1 probability 0 (bias -inf): an anchor holding 1 makes every neighbour of the other
     positions impossible; the PSL names the engine and the position instead of the circuit's "x contains NaN"."""

@@ -28,10 +28,13 @@ def _tiny(tmp_path, **kw) -> SudokuConfig:
 
 
 @pytest.mark.parametrize("name", ["convnet_sl", "rnn_psl"])
-@pytest.mark.parametrize("givens", ["conjoin", "condition", "ignore"])
-def test_short_training_lowers_the_loss(tmp_path, name, givens):
-    cfg = _tiny(tmp_path, givens=givens)
-    data = generate(8, seed=0)
+@pytest.mark.parametrize("constraint, givens, size", [("puzzle", "conjoin", 9), ("puzzle", "condition", 9),
+                                                      ("puzzle", "ignore", 4), ("groups", "conjoin", 9),
+                                                      ("groups", "ignore", 9)])
+def test_short_training_lowers_the_loss(tmp_path, name, constraint, givens, size):
+    """Both constraints (9x9 puzzles: each puzzle's circuit; 4x4: the whole board's), every givens variant."""
+    cfg = _tiny(tmp_path, constraint=constraint, givens=givens, size=size)
+    data = generate(8, n_missing=10 if size == 9 else 6, seed=0, size=size)
     torch.manual_seed(0)
     objective = Objective(build_model(name, cfg), name, cfg)
     opt = torch.optim.Adam(objective.parameters(), lr=1e-2)
@@ -123,10 +126,12 @@ def test_constraint_warm_up_trains_cross_entropy_only(tmp_path):
 
 
 def test_givens_variants_score_what_they_say():
-    """conjoin = condition - log P(givens); ignore = the groups without the mask (the paper's code)."""
+    """The groups variant: conjoin = condition - log P(givens); ignore = the groups without the mask (the paper's
+    code)."""
     torch.manual_seed(0)
     data = generate(4, seed=1)
-    cfgs = {g: SudokuConfig(preset="test", givens=g, conv_channels=8, conv_layers=1) for g in ("conjoin", "condition", "ignore")}
+    cfgs = {g: SudokuConfig(preset="test", givens=g, constraint="groups", conv_channels=8, conv_layers=1)
+            for g in ("conjoin", "condition", "ignore")}
     model = build_model("convnet_sl", cfgs["conjoin"]).eval()
     from pseudosl.experiments.sudoku.constraint import givens_mask, sudoku_circuit
     logits = model(data.puzzles)

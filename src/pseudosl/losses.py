@@ -15,6 +15,12 @@ For one root this is exactly ``P(alpha AND allowed)``; for several it is exact w
 are independent given ``allowed`` and otherwise the standard tractable surrogate for their
 conjunction (whose circuit may be intractably large).
 
+One circuit per example.  Where the constraint differs per example (e.g. one Sudoku puzzle's completions),
+:func:`semantic_loss` (and :func:`pseudosl.pseudo_semantic_loss`) take a sequence of ``B`` circuits in place
+of one: the log-probabilities are computed once for the batch, then each example is scored by its own circuit
+(:func:`per_example`: examples that share a circuit object are evaluated together).  The circuits must agree
+on ``n``, ``k`` and the number of roots.
+
 ``allowed`` is an optional ``(B, n, k)`` bool mask of per-example unary constraints
 (``X_v in {c : allowed[b, v, c]}``) conjoined with ``alpha``, e.g. the given cells of a Sudoku.
 Conjoining unit constraints only zeroes leaves, so the circuit stays valid.
@@ -23,7 +29,7 @@ An unsatisfiable constraint has ``log P = -inf`` (loss ``+inf``) with zero, neve
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Callable, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -34,9 +40,58 @@ from .circuit import Circuit
 from .numerics import log1mexp
 
 __all__ = ["constraint_log_prob", "product_log_prob", "semantic_loss", "constraint_entropy", "log_probs_from_logits",
-           "reduce_loss"]
+           "reduce_loss", "per_example", "check_circuits"]
 
 Reduction = Literal["mean", "sum", "none"]
+Circuits = Circuit | Sequence[Circuit]  # one circuit for every example, or one per example
+
+
+def check_circuits(circuits: Circuits, batch: int) -> list[Circuit]:
+    """``circuits`` as a list of ``batch`` circuits (one circuit: the same for every example), or a named error:
+    a sequence must hold ``batch`` circuits with the same ``n_vars``, ``n_values`` and ``n_roots``."""
+    if isinstance(circuits, Circuit):
+        return [circuits] * batch
+    if isinstance(circuits, (str, bytes)) or not isinstance(circuits, Sequence):
+        raise TypeError(f"circuit must be a pseudosl.Circuit or a sequence of them (one per example), got "
+                        f"{type(circuits).__name__}")
+    if not circuits:
+        raise ValueError("circuit: an empty sequence of circuits; pass one circuit per example (a Circuit for an "
+                         "empty batch)")
+    if len(circuits) != batch:
+        raise ValueError(f"circuit: a sequence of {len(circuits)} circuits for a batch of {batch} examples; pass one "
+                         "circuit per example (or one Circuit for all)")
+    first = circuits[0]
+    for b, c in enumerate(circuits):
+        if not isinstance(c, Circuit):
+            raise TypeError(f"circuit[{b}] must be a pseudosl.Circuit, got {type(c).__name__}")
+        if (c.n_vars, c.n_values, c.n_roots) != (first.n_vars, first.n_values, first.n_roots):
+            raise ValueError(f"circuit[{b}] has {c.n_vars} variables x {c.n_values} values and {c.n_roots} roots, "
+                             f"circuit[0] {first.n_vars} x {first.n_values} and {first.n_roots}: the circuits of a "
+                             "batch must share their shape")
+    return list(circuits)
+
+
+def per_example(circuits: Circuits, fn: Callable[..., Tensor], *rows: Tensor | None) -> Tensor:
+    """``fn(circuit, *rows)`` with example ``b`` (row ``b`` of every tensor in ``rows``; ``None`` stays ``None``)
+    scored by its own circuit ``circuits[b]``; results in the examples' order.  One circuit: one call on the
+    whole batch.  A sequence (:func:`check_circuits`): one call per distinct circuit object, on its examples."""
+    if isinstance(circuits, Circuit):
+        return fn(circuits, *rows)
+    first = next(r for r in rows if r is not None)
+    circuits = check_circuits(circuits, first.shape[0])
+    groups: dict[int, list[int]] = {}
+    for b, c in enumerate(circuits):
+        groups.setdefault(id(c), []).append(b)
+    if len(groups) == 1:
+        return fn(circuits[0], *rows)
+    parts, order = [], []
+    for examples in groups.values():
+        index = torch.tensor(examples, device=first.device)
+        parts.append(fn(circuits[examples[0]], *(None if r is None else r[index] for r in rows)))
+        order += examples
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[torch.tensor(order)] = torch.arange(len(order))
+    return torch.cat(parts)[inverse.to(first.device)]
 
 
 def log_probs_from_logits(circuit: Circuit, logits: Tensor) -> Tensor:
@@ -118,12 +173,13 @@ def product_log_prob(circuit: Circuit, log_probs: Tensor, allowed: Tensor | None
     return out.masked_fill(impossible, float("-inf"))
 
 
-def semantic_loss(circuit: Circuit, logits: Tensor, reduction: Reduction = "mean",
+def semantic_loss(circuit: Circuits, logits: Tensor, reduction: Reduction = "mean",
                   allowed: Tensor | None = None, *, condition: bool = False) -> Tensor:
     """The semantic loss ``-log P(alpha)`` of fully-factorized outputs given by ``logits``.
 
     Args:
-        circuit: the compiled constraint (``n`` variables with ``k`` values).
+        circuit: the compiled constraint (``n`` variables with ``k`` values), or a sequence of ``B`` circuits,
+            one per example (module docs).
         logits: ``(B, n, k)`` unnormalised scores (``log_softmax`` is applied per position),
             or ``(B, n)`` Bernoulli logits when ``k = 2``.
         reduction: ``"mean"`` (default) or ``"sum"`` over the batch of per-example losses, or ``"none"`` (``(B,)``).
@@ -137,7 +193,9 @@ def semantic_loss(circuit: Circuit, logits: Tensor, reduction: Reduction = "mean
         >>> pseudosl.semantic_loss(c, torch.zeros(1, 3))        # -log(1 - 1/8)
         tensor(0.1335)
     """
-    lp = product_log_prob(circuit, log_probs_from_logits(circuit, logits), allowed, condition=condition)
+    first = circuit if isinstance(circuit, Circuit) else check_circuits(circuit, logits.shape[0])[0]
+    lp = per_example(circuit, lambda c, x, a: product_log_prob(c, x, a, condition=condition),
+                     log_probs_from_logits(first, logits), allowed)
     return reduce_loss(-lp, reduction)
 
 

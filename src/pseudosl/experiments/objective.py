@@ -7,6 +7,10 @@ cross-entropy of the solution) plus ``weight x`` a constraint term chosen by con
 * ``"psl"``: the pseudo-semantic loss ``-log p~_y(alpha)`` of an autoregressive model around a sample ``y ~ p``
   of the first ``examples`` examples of the batch (a cost knob), by the model's prefix-reusing engine.
 
+The constraint is a circuit (the same for every example), or a function ``inputs -> circuit or sequence of
+circuits`` (one per example, e.g. one Sudoku puzzle's completions): the losses then score each example by its
+own circuit (:func:`pseudosl.losses.per_example`).
+
 ``forward`` returns ``(loss, parts)``: ``data`` (the data term), ``constraint`` (weight x SL/PSL, the term added to
 the loss) and the unweighted ``sl`` / ``psl`` (the harness logs and plots them per epoch).  Before
 ``constraint_start_epoch`` (``constrained=False``) the loss is the data term alone.
@@ -15,7 +19,7 @@ the loss) and the unweighted ``sl`` / ``psl`` (the harness logs and plots them p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from torch import Tensor, nn
 
@@ -26,6 +30,7 @@ from .structured import StructuredModel
 __all__ = ["Objective", "ConstraintTerm", "ConstrainedObjective", "CONSTRAINT_LOSSES"]
 
 CONSTRAINT_LOSSES = ("sl", "psl")
+CircuitOf = pseudosl.Circuit | Callable[[Tensor], pseudosl.Circuit | Sequence[pseudosl.Circuit]]
 
 
 class Objective(nn.Module):
@@ -54,11 +59,12 @@ class ConstraintTerm:
 
 
 class ConstrainedObjective(Objective):
-    """The data term + ``term.weight x`` (SL or PSL) of ``circuit`` (module docs); ``term = None``: the data term
-    alone.  ``augment(inputs, targets)``, if given, transforms every training batch (not in eval mode)."""
+    """The data term + ``term.weight x`` (SL or PSL) of ``circuit`` (module docs: a circuit, or a function of the
+    batch's inputs giving one circuit per example); ``term = None``: the data term alone.  ``augment(inputs,
+    targets)``, if given, transforms every training batch (not in eval mode)."""
 
     def __init__(self, model: StructuredModel, term: ConstraintTerm | None = None,
-                 circuit: pseudosl.Circuit | None = None, augment: Callable[[Tensor, Tensor], Any] | None = None) -> None:
+                 circuit: CircuitOf | None = None, augment: Callable[[Tensor, Tensor], Any] | None = None) -> None:
         super().__init__()
         if (term is None) != (circuit is None):
             raise ValueError("a constraint term needs its circuit, and a circuit its term: give both or neither")
@@ -77,11 +83,16 @@ class ConstrainedObjective(Objective):
             return loss, parts
         allowed = term.allowed or (lambda x: None)
         if term.loss == "sl":
-            value = pseudosl.semantic_loss(self.circuit, fit.logits, allowed=allowed(inputs), condition=term.condition)
+            value = pseudosl.semantic_loss(self.circuit_of(inputs), fit.logits, allowed=allowed(inputs),
+                                           condition=term.condition)
         else:
             m = term.examples or inputs.shape[0]
-            sample, engine = self.model.psl_inputs(fit, m)  # y ~ p(. | x) (train mode), then its local conditionals
-            value = pseudosl.pseudo_semantic_loss(engine, self.circuit, sample, allowed=allowed(inputs[:m]),
-                                                  condition=term.condition)
+            sample, engine = self.model.psl_inputs(fit, m)  # y ~ p(. | x) (eval mode), then its local conditionals
+            value = pseudosl.pseudo_semantic_loss(engine, self.circuit_of(inputs[:m]), sample,
+                                                  allowed=allowed(inputs[:m]), condition=term.condition)
         parts.update({"constraint": term.weight * value.detach(), term.loss: value.detach()})
         return loss + term.weight * value, parts
+
+    def circuit_of(self, inputs: Tensor) -> pseudosl.Circuit | Sequence[pseudosl.Circuit]:
+        """The circuit of these inputs: the one circuit, or the function's circuits (one per example)."""
+        return self.circuit if isinstance(self.circuit, pseudosl.Circuit) else self.circuit(inputs)

@@ -48,5 +48,8 @@ class StructuredModel(nn.Module):
 
     def psl_inputs(self, fit: Fit, m: int) -> tuple[Tensor, Any]:
         """Autoregressive: for the PSL of the first ``m`` examples of ``fit``'s batch, a sample ``y ~ p(. | x)``
-        ``(m, n)`` (classes; drawn first) and the engine around which its local conditionals are computed."""
+        ``(m, n)`` (classes; drawn first) and the engine around which its local conditionals are computed.  Draw
+        the sample by the engine (``engine.sample``): from the distribution whose conditionals it computes (eval
+        mode, dropout off), not from the module in its train mode (a dropout-masked model is another
+        distribution)."""
         raise NotImplementedError(f"{type(self).__name__} is not autoregressive: it has no local distribution")

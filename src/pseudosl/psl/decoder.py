@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from .. import checks, memory
+from .. import memory
 from ..checks import check_sample
 from .engine import trainable_recurrence
 from .recurrent import RecurrentEngine, RecurrentSteps, State
@@ -113,7 +113,9 @@ class RecurrentDecoder(nn.Module):
                batch_size: int | None = None, temperature: float = 1.0, top_p: float | None = None,
                greedy: bool = False, generator: torch.Generator | None = None,
                fixed: Tensor | None = None) -> Tensor:
-        """Ancestral sampling: ``(B, n)`` detached long (in the module's current train/eval mode).
+        """Ancestral sampling: ``(B, n)`` detached long, by its engine (:meth:`RecurrentEngine.sample`): in eval mode
+        (dropout off) whatever the module's mode, which is restored -- the distribution whose conditionals the
+        engine computes, so a PSL anchor drawn here is a sample of it.
 
         ``fixed`` ``(B, n)`` clamps positions to known values (``-1`` = free): a fixed position is
         not sampled and the following steps condition on its value, as a solver keeps its givens.
@@ -129,20 +131,10 @@ class RecurrentDecoder(nn.Module):
         row_bytes = 8 * self.length + 4 * (self.n_values + 2 * self.num_layers * self.hidden_size)
         memory.check_fits(f"a sample of {batch:,} rows", batch * row_bytes, self.head.weight.device,
                           "pass a smaller batch_size", elements=batch * self.length)
-        if fixed is not None:
-            _check_fixed(fixed, batch, self.length, self.n_values)
-        state = self.initial_state(context, batch)
-        prev = self.head.weight.new_zeros(batch, 1, self.n_values)
-        out = []
-        for t in range(self.length):
-            h, state = self.rnn(self._with_steps(prev, step_inputs, t), state)
-            y_t = sample_from_logits(self.head(h[:, 0]), temperature=temperature, top_p=top_p, greedy=greedy,
-                                     generator=generator).to(prev.device)
-            if fixed is not None:
-                y_t = torch.where(fixed[:, t] >= 0, fixed[:, t], y_t)
-            out.append(y_t)
-            prev = _one_hot(y_t, self.n_values, prev.dtype)[:, None]
-        return torch.stack(out, dim=1)
+        engine = self.engine(context, step_inputs)
+        bound = context is not None or step_inputs is not None
+        return engine.sample(batch_size=None if bound else batch, temperature=temperature, top_p=top_p,
+                             greedy=greedy, generator=generator, fixed=fixed)
 
     def engine(self, context: Tensor | None = None, step_inputs: Tensor | None = None, *,
                dropout: bool = False, fused: bool | None = None,
@@ -191,11 +183,3 @@ def _one_hot(y: Tensor, k: int, dtype: torch.dtype) -> Tensor:
     an out-of-range value fails in ``scatter_`` (an index error on CPU, a device-side assert on CUDA)."""
     return torch.zeros(*y.shape, k, dtype=dtype, device=y.device).scatter_(-1, y.unsqueeze(-1), 1)
 
-
-def _check_fixed(fixed: Tensor, batch: int, length: int, k: int) -> None:
-    """Refuse ``fixed`` unless a ``(batch, length)`` long tensor of ``-1`` (free) or values ``0 .. k-1``."""
-    if not isinstance(fixed, Tensor) or fixed.dtype != torch.long or tuple(fixed.shape) != (batch, length):
-        got = f"{fixed.dtype} {tuple(fixed.shape)}" if isinstance(fixed, Tensor) else type(fixed).__name__
-        raise ValueError(f"fixed must be a long tensor of shape ({batch}, {length}) (-1 = free, else the value), got {got}")
-    if fixed.numel() and checks.reads_values(fixed) and bool(((fixed < -1) | (fixed >= k)).any()):
-        raise ValueError(f"fixed must hold -1 (free) or values 0..{k - 1}; got range {int(fixed.min())}..{int(fixed.max())}")

@@ -37,7 +37,9 @@ values with one.  ``sample`` rows of a bound engine belong to ``example_ids(B)``
 ``n_examples`` (row ``b`` is example ``b``), or ``n_examples`` is 1 (every row shares the one input).
 
 Engines evaluate deterministically: dropout off, batch norm on running statistics, full precision
-(:func:`exact_mode`), whatever the module's mode; they restore the mode afterwards.
+(:func:`exact_mode`), whatever the module's mode; they restore the mode afterwards.  ``sample`` draws in the
+same mode, so an anchor is a sample of the distribution whose conditionals the engine computes (a draw with
+dropout on would come from another one).
 
 Implementations: :class:`~pseudosl.psl.recurrent.RecurrentEngine` (a :class:`~pseudosl.RecurrentDecoder` or any
 ``nn.RNN/GRU/LSTM`` step model, prefix states reused), :class:`~pseudosl.psl.causal_lm.CausalLMEngine`

@@ -21,7 +21,7 @@ which is ``-log p~(not alpha and allowed)``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -29,7 +29,7 @@ from torch import Tensor
 from .. import checks
 from ..checks import check_candidates, check_sample
 from ..circuit import Circuit
-from ..losses import Reduction, constraint_log_prob, product_log_prob, reduce_loss
+from ..losses import Reduction, check_circuits, constraint_log_prob, per_example, product_log_prob, reduce_loss
 from .constraint import Constraint, sample_satisfies
 from .engine import Engine, engine_circuit
 
@@ -55,8 +55,11 @@ class PSLDiagnostics:
     conditionals: Tensor
 
 
-def _check_inputs(engine: Engine, constraint: Circuit | Constraint, sample: Tensor, candidates: Tensor | None,
-                  unexpected: dict[str, Any]) -> tuple[Circuit, Tensor, Tensor | None]:
+Constraints = Circuit | Constraint | Sequence[Circuit | Constraint]  # one for every example, or one per example
+
+
+def _check_inputs(engine: Engine, constraint: Constraints, sample: Tensor, candidates: Tensor | None,
+                  unexpected: dict[str, Any]) -> tuple[Circuit | list[Circuit], Tensor, Tensor | None]:
     """Name a mismatch between the engine, the constraint and the sample before the model runs."""
     if unexpected:
         names = ", ".join(f"{k}={v!r}" for k, v in unexpected.items())
@@ -64,8 +67,17 @@ def _check_inputs(engine: Engine, constraint: Circuit | Constraint, sample: Tens
                 "(for a bare log_joint: pseudosl.as_engine(log_joint, n_values=k))") if "n_values" in unexpected else ""
         raise ValueError(f"pseudo_semantic_loss got an unexpected argument {names}{hint}; its options are "
                          "reduction, allowed, return_diagnostics, negate, condition, chunk_size, candidates")
-    circuit = engine_circuit(engine, constraint)
+    if isinstance(constraint, (Circuit, Constraint)):
+        circuits = engine_circuit(engine, constraint)
+    elif isinstance(constraint, Sequence) and not isinstance(constraint, (str, bytes)):  # one per example
+        circuits = [engine_circuit(engine, c) for c in constraint]
+    else:
+        raise TypeError(f"circuit must be a pseudosl.Circuit, a pseudosl.Constraint or a sequence of them (one per "
+                        f"example), got {type(constraint).__name__}")
     sample = check_sample(sample)
+    if isinstance(circuits, list):
+        circuits = check_circuits(circuits, sample.shape[0])
+    circuit = circuits if isinstance(circuits, Circuit) else circuits[0]
     if sample.shape[1] != circuit.n_vars:
         raise ValueError(f"sample has length {sample.shape[1]} but the circuit has {circuit.n_vars} positions; "
                          f"pass (B, {circuit.n_vars}) sequences (or compile the constraint for length {sample.shape[1]})")
@@ -79,7 +91,7 @@ def _check_inputs(engine: Engine, constraint: Circuit | Constraint, sample: Tens
         if engine.value_map is not None:
             raise ValueError("candidates= applies to engines without a value map (the folded values are fixed)")
         candidates = check_candidates(candidates, sample.shape[0], circuit.n_vars, circuit.n_values, sample.device)
-    return circuit, sample, candidates
+    return circuits, sample, candidates
 
 
 def _check_conditionals(engine: Engine, cond: Tensor) -> Tensor:
@@ -104,7 +116,7 @@ def _on_values(cond: Tensor, candidates: Tensor, n_values: int, positions: Tenso
     return out if positions is None else torch.where(positions[..., None], out, torch.zeros_like(out))
 
 
-def pseudo_semantic_loss(engine: Engine, circuit: Circuit | Constraint, sample: Tensor, reduction: Reduction = "mean", *,
+def pseudo_semantic_loss(engine: Engine, circuit: Constraints, sample: Tensor, reduction: Reduction = "mean", *,
                          allowed: Tensor | None = None, return_diagnostics: bool = False, negate: bool = False,
                          condition: bool = False, chunk_size: int | None = None, candidates: Tensor | None = None,
                          **unexpected: Any) -> Tensor | tuple[Tensor, PSLDiagnostics]:
@@ -118,6 +130,8 @@ def pseudo_semantic_loss(engine: Engine, circuit: Circuit | Constraint, sample: 
             (e.g. one all-different root per Sudoku row, column and box) is scored by
             :func:`pseudosl.losses.product_log_prob`: ``-log p~(allowed) - sum_r log p~(alpha_r | allowed)``
             (the product of the roots' probabilities, unit constraints counted once; not ``p~`` of their conjunction).
+            Or a sequence of ``B`` circuits (or constraints), one per example: the conditionals are computed once
+            for the batch, then example ``b`` is scored by ``circuit[b]`` (:func:`pseudosl.losses.per_example`).
         sample: ``(B, n)`` long anchor sequences: model samples (``engine.sample()``, ``decoder.sample``),
             greedy decodes or data windows -- any long tensor works; it is detached.  In the model's values
             (token ids for a language model); row ``b`` belongs to the engine's example ``b``.
@@ -144,13 +158,14 @@ def pseudo_semantic_loss(engine: Engine, circuit: Circuit | Constraint, sample: 
         >>> loss = pseudosl.pseudo_semantic_loss(pseudosl.as_engine(dec), circuit, y)
         >>> loss.backward()
     """
-    circuit, sample, candidates = _check_inputs(engine, circuit, sample, candidates, unexpected)
+    circuits, sample, candidates = _check_inputs(engine, circuit, sample, candidates, unexpected)
+    circuit = circuits if isinstance(circuits, Circuit) else circuits[0]  # the shape the batch shares
     if sample.shape[0] == 0:  # an empty batch: nothing to score, the model is not called
-        per_example = torch.zeros(0, device=sample.device, requires_grad=torch.is_grad_enabled())
-        loss = reduce_loss(per_example, reduction)
+        empty_losses = torch.zeros(0, device=sample.device, requires_grad=torch.is_grad_enabled())
+        loss = reduce_loss(empty_losses, reduction)
         if not return_diagnostics:
             return loss
-        empty = per_example.detach()
+        empty = empty_losses.detach()
         return loss, PSLDiagnostics(satisfied=empty.bool(), p_constraint=empty, entropy=empty, loss=empty,
                                     conditionals=empty.new_zeros(0, circuit.n_vars, circuit.n_values))
     # with condition=True a position where ``allowed`` leaves one value contributes a factor q(a)/q(a) = 1
@@ -160,15 +175,16 @@ def pseudo_semantic_loss(engine: Engine, circuit: Circuit | Constraint, sample: 
                                                                  positions=positions))
     if candidates is not None:
         cond = _on_values(cond, candidates, circuit.n_values, positions)
-    per_example = -product_log_prob(circuit, cond, allowed, negate=negate, condition=condition)  # (B,)
-    loss = reduce_loss(per_example, reduction)
+    losses = -per_example(circuits, lambda c, x, a: product_log_prob(c, x, a, negate=negate, condition=condition),
+                          cond, allowed)  # (B,)
+    loss = reduce_loss(losses, reduction)
     if not return_diagnostics:
         return loss
     with torch.no_grad():
-        lp = constraint_log_prob(circuit, cond, allowed)  # (B,) or (B, R)
+        lp = per_example(circuits, constraint_log_prob, cond, allowed)  # (B,) or (B, R)
         probs = cond.exp()
         ent = -torch.where(probs > 0, probs * cond, torch.zeros_like(cond)).flatten(1).sum(1)
-        diag = PSLDiagnostics(satisfied=sample_satisfies(circuit, engine.circuit_values(sample).detach(), allowed),
-                              p_constraint=lp.detach().exp(), entropy=ent,
-                              loss=per_example.detach(), conditionals=cond.detach())
+        satisfied = per_example(circuits, sample_satisfies, engine.circuit_values(sample).detach(), allowed)
+        diag = PSLDiagnostics(satisfied=satisfied, p_constraint=lp.detach().exp(), entropy=ent,
+                              loss=losses.detach(), conditionals=cond.detach())
     return loss, diag

@@ -22,9 +22,10 @@ and :class:`EmbeddingSteps` (any module with an embedding of the previous value,
 head: ``pseudosl.as_engine(model, rnn=..., embed=..., head=..., length=n)``).  Other models subclass
 :class:`RecurrentSteps` (e.g. to add per-step inputs).
 
-Dropout: the engine evaluates with dropout OFF (:func:`~pseudosl.psl.engine.exact_mode`), so conditionals
-are deterministic and exact in both modes; ``dropout=True`` keeps the module's mode (then every
-neighbour sees its own masks: a stochastic estimate, not the exact conditionals of any one dropout mask).
+Dropout: the engine evaluates and samples with dropout OFF (:func:`~pseudosl.psl.engine.exact_mode`), so
+conditionals are deterministic and exact in both modes, and samples come from the same distribution;
+``dropout=True`` keeps the module's mode (then every neighbour sees its own masks: a stochastic estimate, not
+the exact conditionals of any one dropout mask).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .. import checks
 from ..checks import check_candidates, check_positions, check_sample
 from .engine import Engine, exact_mode
 from .sampling import check_count, sample_from_logits
@@ -194,11 +196,17 @@ class RecurrentEngine(Engine):
     @torch.no_grad()
     def sample(self, example: Tensor | None = None, *, batch_size: int | None = None, length: int | None = None,
                temperature: float = 1.0, top_p: float | None = None, greedy: bool = False,
-               generator: torch.Generator | None = None) -> Tensor:
+               generator: torch.Generator | None = None, fixed: Tensor | None = None) -> Tensor:
+        """``(N, n)`` ancestral samples (see :meth:`Engine.sample`), in the mode of the conditionals
+        (:func:`exact_mode`: dropout off unless the engine keeps it).  ``fixed`` ``(N, n)`` long clamps positions to
+        known values (``-1`` = free): a fixed position is not sampled and the following steps condition on its
+        value (e.g. a Sudoku's givens)."""
         n = self.sample_length(length)
         device = self.rnn.weight_hh_l0.device
         example = self.draw_ids(example, batch_size, device, n)
         rows = example.shape[0]
+        if fixed is not None:
+            _check_fixed(fixed, rows, n, self.n_values)
         out = torch.zeros(rows, 0, dtype=torch.long, device=device)
         if rows == 0:
             return out.new_zeros(0, n)
@@ -209,6 +217,8 @@ class RecurrentEngine(Engine):
                 h, state = _run(self.rnn, self.steps.inputs(prev, torch.full_like(prev, t), example), state)
                 prev = sample_from_logits(self.steps.head(h[:, 0]), temperature=temperature, top_p=top_p,
                                           greedy=greedy, generator=generator).to(device)[:, None]
+                if fixed is not None:
+                    prev = torch.where(fixed[:, t:t + 1] >= 0, fixed[:, t:t + 1], prev)
                 out = torch.cat([out, prev], 1)
         return out
 
@@ -397,3 +407,12 @@ def _cell(rnn: nn.RNNBase, layer: int, x: Tensor, state: State) -> State:
         return torch.gru_cell(x, state, *w)
     fn = torch.rnn_tanh_cell if rnn.nonlinearity == "tanh" else torch.rnn_relu_cell
     return fn(x, state, *w)
+
+
+def _check_fixed(fixed: Tensor, batch: int, length: int, k: int) -> None:
+    """Refuse ``fixed`` unless a ``(batch, length)`` long tensor of ``-1`` (free) or values ``0 .. k-1``."""
+    if not isinstance(fixed, Tensor) or fixed.dtype != torch.long or tuple(fixed.shape) != (batch, length):
+        got = f"{fixed.dtype} {tuple(fixed.shape)}" if isinstance(fixed, Tensor) else type(fixed).__name__
+        raise ValueError(f"fixed must be a long tensor of shape ({batch}, {length}) (-1 = free, else the value), got {got}")
+    if fixed.numel() and checks.reads_values(fixed) and bool(((fixed < -1) | (fixed >= k)).any()):
+        raise ValueError(f"fixed must hold -1 (free) or values 0..{k - 1}; got range {int(fixed.min())}..{int(fixed.max())}")

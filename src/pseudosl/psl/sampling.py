@@ -3,8 +3,9 @@
 The pseudo-semantic loss needs one sequence ``y`` per example; it is always used as a constant
 (detached ``LongTensor (B, n)``).  It may come from
 
-* an engine's own ``engine.sample(...)`` (:mod:`pseudosl.psl.engine`), or ``RecurrentDecoder.sample``
-  (in the module's mode, with fixed positions),
+* an engine's own ``engine.sample(...)`` (:mod:`pseudosl.psl.engine`; a recurrent engine's, and
+  ``RecurrentDecoder.sample``, with fixed positions): drawn in the mode of the engine's conditionals (eval mode,
+  dropout off, unless the engine keeps dropout), i.e. from the distribution the loss is the pseudolikelihood of,
 * :func:`sample_autoregressive` with any ``step_fn(prefix (B, t)) -> logits (B, k)``,
 * or data: a window of a training sequence can be passed to the loss directly.
 """

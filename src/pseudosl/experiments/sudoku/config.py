@@ -42,10 +42,15 @@ class SudokuConfig(RunConfig):
     sl_weight: float = spec(0.05, min=0.0, help="ConvNet + SL: weight of the semantic loss")
     psl_weight: float = spec(0.05, min=0.0, help="RNN + PSL: weight of the pseudo-semantic loss (paper: 0.01, 0.05)")
     psl_examples: int | None = spec(None, min=1, help="PSL on the first m examples of each batch (default: all)")
+    constraint: str = spec("puzzle", choices=("puzzle", "groups"),
+                           help="what the SL/PSL maximise: puzzle (the whole constraint, every row, column and box "
+                                "all different: one circuit for 4x4 boards, each puzzle's own beyond, as the paper) or "
+                                "groups (the product over the 3 x size groups of P(group all different))")
     givens: str = spec("conjoin", choices=("conjoin", "condition", "ignore"),
-                       help="how the SL/PSL treat the givens: conjoin (-log P(givens) - sum_g log P(g | givens)), "
-                            "condition (-sum_g log P(g | givens); the PSL then needs only the blanks' conditionals) "
-                            "or ignore (-sum_g log P(g), the paper's code)")
+                       help="how the SL/PSL treat the givens: conjoin (-log P(alpha AND givens)), condition "
+                            "(-log P(alpha | givens); the PSL then needs only the blanks' conditionals) or ignore "
+                            "(-log P(alpha), the paper's code; constraint = puzzle: 4x4 only); alpha = the puzzle "
+                            "constraint, or with constraint = groups the product over the groups")
     augment: bool = spec(False, help="train on a random Sudoku symmetry of every puzzle (relabel digits, permute "
                                      "rows/columns within bands/stacks, bands, stacks, transpose)")
     # models
@@ -61,6 +66,7 @@ class SudokuConfig(RunConfig):
                                          "resampling (pseudosl.constrained_sample; the ConvNet's draw is exact)")
 
     def check(self) -> None:
+        from .constraint import BOARD_SIZES
         from .data import MIN_GIVENS
         if not (self.data == "generate" or self.data.startswith(("satnet:", "csv:"))):
             raise ConfigError(f"data = {self.data!r}: expected 'generate', 'satnet:<dir>' or 'csv:<file>'")
@@ -68,6 +74,11 @@ class SudokuConfig(RunConfig):
         if self.data == "generate" and not self.satnet_dist and self.n_missing > most:
             raise ConfigError(f"n_missing = {self.n_missing}: a unique {self.size}x{self.size} puzzle has at most "
                               f"{most} blanks; lower n_missing or raise size")
+        if self.constraint == "puzzle" and self.givens == "ignore" and self.size not in BOARD_SIZES:
+            raise ConfigError(f"constraint = 'puzzle' with givens = 'ignore' on {self.size}x{self.size} boards: the "
+                              "whole-board circuit compiles for 4x4 only, beyond it each puzzle's own circuit scores the "
+                              "constraint, and it needs the givens; set givens = 'condition' or 'conjoin', or constraint "
+                              "= 'groups'")
         if self.size != 9 and (self.satnet_dist or self.data.startswith("satnet:")):
             raise ConfigError(f"size = {self.size}: SATNet's puzzles (data = 'satnet:...', satnet_dist) are 9x9; "
                               f"use size = 9, or data = 'generate' / 'csv:<file>'")

@@ -1,29 +1,39 @@
-"""The Sudoku constraint: all-different groups (rows, columns, boxes) plus the givens.
+"""The Sudoku constraint: every row, column and box all different, plus the givens.
 
 Variables are the ``size**2`` cells in row-major order, values the digits as classes ``0..size-1``
 (``size`` = 9 for the paper's boards, 4 or 6 for the CPU regime; boxes as in :func:`.data.box_shape`).
-The circuit has one root per group (``compile_all_different``, ``3 * size`` roots: 27 for 9 x 9); the
-givens are per-example unit constraints passed as the ``allowed`` mask ``(B, size**2, size)``.
+The givens are per-example unit constraints passed as the ``allowed`` mask ``(B, size**2, size)``
+(:func:`givens_mask`).
 
-The loss is ``-log [P(givens) * prod_g P(group g all different | givens)]``: the product of the
-group probabilities (each exact, conditioned on the givens) rather than the probability of
-their conjunction.  Each root of the circuit is smoothed over all cells, so root ``g``
-evaluated with the ``allowed`` mask is ``log P(group g AND givens)``; summing the 27 roots would
-count ``log P(givens)`` 27 times, hence the ``- 26 log P(givens)`` correction
-(:func:`pseudosl.losses.product_log_prob`).
-The conjunction over 81 nine-valued cells counts completions of a Sudoku (a #P-hard
-count in general, and a circuit for it is impractically large); the product is the
-standard tractable surrogate and is exact whenever the groups' probabilities factor.
-On a point mass (a one-hot grid) the two coincide: the grid satisfies the conjunction
-iff every group root is 1 (log-probability 0), see ``tests/test_sudoku_constraint.py``.
+What the SL and the PSL maximise (``SudokuConfig.constraint``):
 
-One puzzle's conjunction (for constrained decoding, :mod:`.decoding`).  Conditioned on the givens of one puzzle
-the conjunction is small: :func:`puzzle_circuit` compiles "every blank differs from the givens and from the other
-blanks of its row, column and box" (``compile_categorical``; the givens enter as digits, not as positions) into
-one root over all cells, whose models together with the givens mask (``allowed = givens_mask(puzzle)``) are
-exactly the puzzle's completions.  Compiled once per puzzle and process (and cached on disk by
-``compile_categorical``); a puzzle with very many completions (few givens) would give a large circuit and is
-refused above ``max_nodes`` nodes.
+* ``"puzzle"`` (the default, the paper's): ``p(alpha AND givens)`` of the whole constraint ``alpha`` = "every
+  row, column and box all different", one root.  Two circuits compute it, with the same value:
+
+  - :func:`board_circuit`: ``alpha`` over the whole board, compiled once per size (4 x 4: 867 nodes in
+    0.2 s).  It is used where it compiles, :data:`BOARD_SIZES` (4 x 4 only: 6 x 6 exceeds 200 000 nodes
+    after minutes, 9 x 9 is far beyond).  With the givens mask it conditions on any puzzle.
+  - :func:`puzzle_circuits`: one circuit per puzzle (:func:`puzzle_circuit`), elsewhere (6 x 6, 9 x 9).
+    Conditioned on a puzzle's givens ``alpha`` is small; with the givens mask the circuit's models are the
+    puzzle's completions, exactly those of the board circuit under the same mask.  The losses take the
+    sequence of ``B`` circuits (each example scored by its own; :func:`pseudosl.losses.per_example`).  A
+    puzzle's circuit needs its givens, so ``givens = "ignore"`` (``p(alpha)`` without them) needs the board
+    circuit (:class:`~.config.SudokuConfig` refuses it elsewhere).
+
+* ``"groups"``: the product of the ``3 * size`` group probabilities, :func:`sudoku_circuit` (one root per
+  group, ``compile_all_different``): ``-log [P(givens) * prod_g P(group g all different | givens)]``, a
+  tractable surrogate of the conjunction, exact when the groups' probabilities factor.  Each root is smoothed
+  over all cells, so root ``g`` with the mask is ``log P(group g AND givens)``; the givens count once
+  (:func:`pseudosl.losses.product_log_prob`).  On a point mass (a one-hot grid) the two constraints coincide.
+
+One puzzle's conjunction (for constrained decoding, :mod:`.decoding`, and the ``"puzzle"`` losses beyond 4 x 4):
+:func:`puzzle_circuit` compiles "every blank differs from the givens and from the other blanks of its row,
+column and box" (``compile_categorical``; the givens enter as digits, not as positions) into one root over
+all cells, whose models together with the givens mask (``allowed = givens_mask(puzzle)``) are exactly the
+puzzle's completions.  Compiled once per puzzle and process (and cached on disk by ``compile_categorical``,
+unless ``disk_cache=False``); a puzzle with very many completions (few givens) would give a large circuit and
+is refused above ``max_nodes`` nodes.  Compiling costs ~4 ms for a 6 x 6 puzzle with 10 blanks, ~11 ms for a
+9 x 9 one, ~0.2 s for a 9 x 9 one with 40 blanks (one CPU thread).
 """
 
 from __future__ import annotations
@@ -42,13 +52,17 @@ from pseudosl.logic.errors import UnsatisfiableError
 
 from .data import board_size, box_shape
 
-__all__ = ["sudoku_groups", "sudoku_circuit", "givens_mask", "is_consistent", "one_hot_log", "puzzle_formula",
-           "puzzle_circuit", "MAX_PUZZLE_NODES"]
+__all__ = ["sudoku_groups", "sudoku_circuit", "board_circuit", "givens_mask", "is_consistent", "one_hot_log",
+           "puzzle_formula", "puzzle_circuit", "puzzle_circuits", "MAX_PUZZLE_NODES", "BOARD_SIZES", "CONSTRAINTS"]
 
 # a unique 9 x 9 puzzle's circuit has ~700 nodes (10 blanks) to ~500 (40 blanks); compiling time grows with the
 # node count and the empty 9 x 9 board reaches 5 000 within seconds (docs/sudoku.md measures it), so a puzzle with
 # too many completions is refused soon
 MAX_PUZZLE_NODES = 5_000
+# the boards whose whole constraint compiles to one circuit (4 x 4: 867 nodes in 0.2 s; 6 x 6: over 200 000 nodes,
+# refused after 156 s, measured with compile_categorical)
+BOARD_SIZES = (4,)
+CONSTRAINTS = ("puzzle", "groups")  # what the SL / PSL maximise (module docs)
 
 
 def sudoku_groups(size: int = 9) -> list[list[int]]:
@@ -71,6 +85,24 @@ def sudoku_circuit(size: int = 9) -> Circuit:
     """The ``3 * size``-rooted circuit over ``size**2`` cells x ``size`` digits (compiled once per process and
     size, then a fresh copy)."""
     return Circuit(_compiled(size).dag)
+
+
+def board_circuit(size: int = 4) -> Circuit:
+    """Every row, column and box all different over the whole board: one root over ``size**2`` cells x ``size``
+    digits, compiled once per process and size (then a fresh copy).  With ``allowed = givens_mask(puzzles)`` its
+    models are each puzzle's completions.  Only for ``size`` in :data:`BOARD_SIZES`."""
+    if size not in BOARD_SIZES:
+        raise ValueError(f"size = {size}: the whole-board circuit compiles for boards of side "
+                         f"{', '.join(map(str, BOARD_SIZES))} only (6 x 6 exceeds 200 000 nodes); use "
+                         "puzzle_circuits(puzzles), one circuit per puzzle")
+    return Circuit(_compiled_board(size).dag)
+
+
+@lru_cache(maxsize=None)
+def _compiled_board(size: int) -> Circuit:
+    y = pseudosl.positions(size * size, size)
+    return pseudosl.compile_categorical(all_of([y[i] != y[j] for i, j in _group_pairs(size)]), size * size,
+                                        n_values=size)
 
 
 def givens_mask(puzzles: Tensor) -> Tensor:
@@ -134,11 +166,12 @@ def _show(puzzle: tuple[int, ...]) -> str:
 
 
 @lru_cache(maxsize=8192)
-def _compiled_puzzle(puzzle: tuple[int, ...], max_nodes: int, device: str) -> Circuit:
+def _compiled_puzzle(puzzle: tuple[int, ...], max_nodes: int, device: str, disk_cache: bool) -> Circuit:
     size = board_size(len(puzzle))
     blanks = puzzle.count(0)
     try:
-        circuit = pseudosl.compile_categorical(puzzle_formula(puzzle), size * size, n_values=size, max_nodes=max_nodes)
+        circuit = pseudosl.compile_categorical(puzzle_formula(puzzle), size * size, n_values=size, max_nodes=max_nodes,
+                                               cache=disk_cache)
     except UnsatisfiableError:
         raise UnsatisfiableError(f"puzzle {_show(puzzle)} has no completion (its givens clash, or no filling of "
                                  "its blanks keeps every row, column and box all different); remove it from the "
@@ -152,10 +185,11 @@ def _compiled_puzzle(puzzle: tuple[int, ...], max_nodes: int, device: str) -> Ci
 
 
 def puzzle_circuit(puzzle: Sequence[int] | Tensor, *, max_nodes: int = MAX_PUZZLE_NODES,
-                   device: torch.device | str = "cpu") -> Circuit:
+                   device: torch.device | str = "cpu", disk_cache: bool = True) -> Circuit:
     """The circuit of :func:`puzzle_formula` on ``device``: one root over the ``size**2`` cells x ``size`` classes,
-    compiled once per puzzle, ``max_nodes`` and device in this process (and cached on disk).  With
-    ``allowed = givens_mask(puzzle)`` its models are the puzzle's completions (digits - 1).
+    compiled once per puzzle, ``max_nodes`` and device in this process (and cached on disk, unless
+    ``disk_cache=False``).  With ``allowed = givens_mask(puzzle)`` its models are the puzzle's completions
+    (digits - 1).  The same puzzle gives the same object (an in-memory cache of 8 192 circuits, ~60 KB each for 9 x 9).
 
     Raises:
         UnsatisfiableError: the puzzle has no completion.
@@ -165,4 +199,12 @@ def puzzle_circuit(puzzle: Sequence[int] | Tensor, *, max_nodes: int = MAX_PUZZL
     size = board_size(len(key))
     if any(not 0 <= v <= size for v in key):
         raise ValueError(f"puzzle {_show(key)}: a cell holds 0 (blank) or a digit 1..{size}")
-    return _compiled_puzzle(key, max_nodes, str(torch.device(device)))
+    return _compiled_puzzle(key, max_nodes, str(torch.device(device)), disk_cache)
+
+
+def puzzle_circuits(puzzles: Tensor) -> list[Circuit]:
+    """One :func:`puzzle_circuit` per puzzle of ``puzzles (B, size**2)``, on their device, for the losses (which
+    score each example by its own circuit, :func:`pseudosl.losses.per_example`).  Not cached on disk: training on
+    Sudoku symmetries (``augment``) meets a new puzzle at almost every step.  Reads the puzzles on the host (one
+    synchronisation per batch on a GPU)."""
+    return [puzzle_circuit(p, device=puzzles.device, disk_cache=False) for p in puzzles.cpu()]

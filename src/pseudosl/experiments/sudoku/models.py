@@ -99,7 +99,7 @@ class SudokuRNN(StructuredModel):
 
     @torch.no_grad()
     def generate(self, puzzles: Tensor, greedy: bool = True) -> Tensor:
-        """Digits ``(B, 81)`` (1..9), greedy by default.
+        """Digits ``(B, 81)`` (1..9), greedy by default, in eval mode (``RecurrentDecoder.sample``).
 
         The givens are kept, as a solver keeps them: a given cell is not sampled, it is written,
         and the cells after it condition on it (``RecurrentDecoder.sample(fixed=...)``).
@@ -120,10 +120,11 @@ class SudokuRNN(StructuredModel):
         return self.generate(puzzles, greedy=True) - 1                      # (B, 81) classes, the givens kept
 
     def psl_inputs(self, fit: Fit, m: int):
-        # y ~ p(. | x, givens kept) (train mode), then the engine of the local conditionals p(y_i | y_-i, x), (m, 81, 9)
+        # the engine of the local conditionals p(y_i | y_-i, x), (m, 81, 9), and its sample y ~ p(. | x), givens kept,
+        # drawn as the conditionals are computed: in eval mode (dropout off), whatever the module's mode
         p = fit.conditioning[:m]
-        sample = self.generate(p, greedy=False) - 1
-        return sample, self.engine(p)
+        engine = self.engine(p)
+        return engine.sample(fixed=p - 1), engine
 
 
 def build_model(name: str, cfg) -> nn.Module:

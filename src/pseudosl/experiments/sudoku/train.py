@@ -28,12 +28,13 @@ from ..experiment import Experiment, Splits
 from ..harness import train as harness_train
 from ..objective import ConstrainedObjective, ConstraintTerm
 from .config import CONSTRAINT_LOSS, PRESETS, SudokuConfig
-from .constraint import givens_mask, is_consistent, sudoku_circuit
+from .constraint import BOARD_SIZES, board_circuit, givens_mask, is_consistent, puzzle_circuits, sudoku_circuit
 from .data import SudokuData, augment, load_csv, load_or_generate, load_satnet
 from .decoding import DECODERS, check_decoder, decode
 from .models import build_model
 
-__all__ = ["SudokuExperiment", "Objective", "load_data", "predict", "evaluate", "main", "PAPER", "LABELS"]
+__all__ = ["SudokuExperiment", "Objective", "constraint_circuit", "load_data", "predict", "evaluate", "main", "PAPER",
+           "LABELS"]
 
 PAPER = {"convnet": {"exact": 16.80}, "convnet_sl": {"exact": 22.10}, "rnn": {"exact": 22.40},
          "rnn_psl": {"exact": 28.20}}
@@ -63,15 +64,24 @@ def load_data(cfg: SudokuConfig) -> tuple[SudokuData, SudokuData | None, SudokuD
 # -- the training objective ----------------------------------------------------------------------
 class Objective(ConstrainedObjective):
     """Cross-entropy on the solution + weight x (SL or PSL, as :data:`~.config.CONSTRAINT_LOSS` configures the model
-    ``name``) of the Sudoku rules, the givens as ``cfg.givens`` says; the shared objective (:mod:`..objective`)."""
+    ``name``) of the Sudoku rules (``cfg.constraint``: :func:`constraint_circuit`), the givens as ``cfg.givens``
+    says; the shared objective (:mod:`..objective`)."""
 
     def __init__(self, model: nn.Module, name: str, cfg: SudokuConfig) -> None:
         loss = CONSTRAINT_LOSS[name]
         term = None if loss is None else ConstraintTerm(
             loss, {"sl": cfg.sl_weight, "psl": cfg.psl_weight}[loss], cfg.psl_examples,
             allowed=None if cfg.givens == "ignore" else givens_mask, condition=cfg.givens == "condition")
-        super().__init__(model, term, sudoku_circuit(cfg.size) if term else None, augment if cfg.augment else None)
+        super().__init__(model, term, constraint_circuit(cfg) if term else None, augment if cfg.augment else None)
         self.name, self.cfg = name, cfg
+
+
+def constraint_circuit(cfg: SudokuConfig):
+    """What the SL/PSL maximise (:mod:`.constraint`): ``"groups"``, the ``3 x size``-rooted group circuit;
+    ``"puzzle"``, the whole-board circuit on 4x4 boards, else one circuit per puzzle (a function of the puzzles)."""
+    if cfg.constraint == "groups":
+        return sudoku_circuit(cfg.size)
+    return board_circuit(cfg.size) if cfg.size in BOARD_SIZES else puzzle_circuits
 
 
 # -- evaluation ------------------------------------------------------------------------------------

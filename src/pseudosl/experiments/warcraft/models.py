@@ -157,10 +157,11 @@ class CNNLSTM(StructuredModel):
         return self.generate(maps, greedy=True)
 
     def psl_inputs(self, fit: Fit, m: int) -> tuple[Tensor, RecurrentEngine]:
-        # y ~ p(. | map), (m, E), then the decoder's exact local conditionals p(y_i | y_-i, map) around it, (m, E, 2)
+        # the decoder's exact local conditionals p(y_i | y_-i, map), (m, E, 2), and its sample y ~ p(. | map), (m, E),
+        # drawn as the conditionals are computed: in eval mode (dropout off), whatever the module's mode
         ctx, steps = fit.conditioning
-        sample = self.decoder.sample(context=ctx[:m], step_inputs=steps[:m])
-        return sample, self.decoder.engine(ctx[:m], steps[:m])
+        engine = self.decoder.engine(ctx[:m], steps[:m])
+        return engine.sample(), engine
 
 
 def build_model(name: str, cfg, n_edges: int) -> nn.Module:
