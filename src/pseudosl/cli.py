@@ -140,14 +140,14 @@ def _eval(args: argparse.Namespace) -> None:
 def _add_reproduce(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="run every experiment's quick, cpu or paper preset and write the report",
                        description="Train every experiment's preset (replacing earlier reproduction runs under "
-                                   "--runs), then write the report: the tracked document's generated blocks "
+                                   "--runs, or continuing them with --resume), then write the report: the tracked document's generated blocks "
                                    "replaced, under --runs (default) or in docs/ itself (--write-docs). "
                                    "See docs/reproduction.md.")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--quick", action="store_const", const="quick", dest="mode",
                       help="the quick presets: minutes on a 2-core CPU (report: reproduction.md)")
     mode.add_argument("--cpu", action="store_const", const="cpu", dest="mode",
-                      help="the cpu presets: the CPU regime, >= 5 seeds, <= 1 h each on 2 cores (report: results.md)")
+                      help="the cpu presets: the CPU regime, >= 5 seeds, <= 90 min each on 2 cores (report: results.md)")
     mode.add_argument("--paper", action="store_const", const="paper", dest="mode",
                       help="the paper presets: one GPU (report: reproduction.md)")
     p.add_argument("--only", nargs="+", help="a subset of the experiments / sections")
@@ -155,8 +155,11 @@ def _add_reproduce(sub: argparse._SubParsersAction) -> None:
                    help="update the tracked docs/reproduction.md or docs/results.md (default: a copy under --runs)")
     p.add_argument("--report", type=Path, help="the report to update (overrides --write-docs and the default)")
     p.add_argument("--runs", type=Path, default=Path("runs/reproduce"), help="where the runs and the report go")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the runs under --runs (an interrupted reproduction, or finished runs whose test "
+                        "rows are recomputed from their checkpoints) instead of starting afresh")
     p.set_defaults(func=lambda a: __import__("pseudosl.reproduce", fromlist=["reproduce"]).reproduce(
-        a.mode, a.report, a.only, a.runs, a.write_docs))
+        a.mode, a.report, a.only, a.runs, a.write_docs, resume=a.resume))
 
 
 def _add_fidelity(sub: argparse._SubParsersAction) -> None:

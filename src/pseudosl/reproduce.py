@@ -1,8 +1,9 @@
 """``pseudosl reproduce --quick | --cpu | --paper``: every experiment's preset, then the report's tables.
 
 Each registered experiment (:data:`pseudosl.experiments.registry.EXPERIMENTS`) is trained with its ``quick``, ``cpu`` or
-``paper`` preset through the shared harness (``--overwrite``: a reproduction starts afresh; an
-experiment without that preset is skipped, saying so), then its section of the report is written
+``paper`` preset through the shared harness (``--overwrite``: a reproduction starts afresh; ``resume=True`` (``--resume``)
+continues the runs under ``runs`` instead, so a regime can be run in parts and a finished run's test rows are
+recomputed from its checkpoints; an experiment without that preset is skipped, saying so), then its section of the report is written
 between markers::
 
     <!-- BEGIN quick:sudoku -->  ...  <!-- END quick:sudoku -->
@@ -108,7 +109,7 @@ def _load(machine: dict) -> str:
 
 
 def reproduce(mode: str, report: Path | None = None, only: list[str] | None = None,
-              runs: Path = Path("runs/reproduce"), write_docs: bool = False) -> Path:
+              runs: Path = Path("runs/reproduce"), write_docs: bool = False, resume: bool = False) -> Path:
     """Run ``mode`` (one of :data:`MODES`) for every experiment (or ``only`` those) and update the report:
     ``report``, else ``docs/<document>`` with ``write_docs``, else ``runs/<document>`` (see the module docs)."""
     from .experiments.registry import EXPERIMENTS, experiment
@@ -142,7 +143,7 @@ def reproduce(mode: str, report: Path | None = None, only: list[str] | None = No
             continue
         out = runs / mode / name
         cfg = load_config(exp.config_class, preset, out=str(out))
-        result = train(exp, cfg, overwrite=True)
+        result = train(exp, cfg, resume=resume, overwrite=not resume)
         result["out"] = str(out)
         results[name] = result
         command = f"pseudosl {name} train --preset {mode} --out {out}"
