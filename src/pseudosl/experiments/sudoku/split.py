@@ -122,16 +122,16 @@ def generate_part(part: str, n: int, n_missing: int = 10, seed: int = 0, satnet:
 def _drawn_grids(k: int, n: int, seed: int, pool: int, size: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` grids of part ``k``'s classes: random symmetries of a pool of grids, the others' classes dropped."""
     bases = np.stack([random_full_grid(rng, size) for _ in range(pool)]).reshape(pool, size, size)
-    kept, have = [], 0
+    kept, have, tried = [], 0, 0
     while have < n:
         m = min(CHUNK, (n - have) * sum(SHARES) // SHARES[k] + 64)  # about n - have of them are kept
         drawn = random_symmetry(bases[rng.integers(0, pool, m)], rng).reshape(m, size * size)
         drawn = drawn[part_of(drawn, seed) == k]
-        if not len(drawn) and m >= 1000:
-            raise ValueError(f"pool = {pool}: {m} symmetries of the pool's grids hold no grid of the {PARTS[k]} "
-                             f"part's classes; raise pool")
         kept.append(drawn)
-        have += len(drawn)
+        have, tried = have + len(drawn), tried + m
+        if not have and tried >= 10_000:
+            raise ValueError(f"pool = {pool}: {tried} symmetries of the pool's grids hold no grid of the "
+                             f"{PARTS[k]} part's classes; raise pool")
     return np.concatenate(kept)[:n]
 
 
