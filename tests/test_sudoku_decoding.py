@@ -294,8 +294,8 @@ def test_the_harness_seeds_each_decoder_with_the_run_seed(tmp_path):
     save_csv(SudokuData(puzzles, generate(64, 4, seed=7, size=4).solutions), tmp_path / "p.csv")
     out = tmp_path / "o"
     argv = [a for a in TINY if a not in ("--n-missing", "6")]
-    cli(["sudoku", "train", "--quick", *argv, "--data", f"csv:{tmp_path / 'p.csv'}", "--out", str(out),
-         "--decoders", "resample", "constrained", "--resample-candidates", "4"])
+    cli(["sudoku", "train", "--quick", *argv, "--data", f"csv:{tmp_path / 'p.csv'}", "--split", "random",  # loaded data
+         "--out", str(out), "--decoders", "resample", "constrained", "--resample-candidates", "4"])
     trained = {(r["model"], r["seed"]): r["decoded"] for r in json.loads((out / "results.json").read_text())["runs"]}
     (table,) = evaluate_checkpoints(SudokuExperiment(), out, ["constrained", "resample"])["tables"]
     again = {(r["model"], r["seed"]): r["decoded"] for r in table["runs"]}

@@ -2,7 +2,7 @@
 
 ``data`` (generator, loaders), ``constraint`` (27 all-different groups + givens, one puzzle's conjunction),
 ``models`` (ConvNet, SudokuRNN), ``decoding`` (constrained decoders), ``config`` (SudokuConfig, TOML presets),
-``train`` (the script).
+``train`` (the script), ``split`` (train / validation / test puzzles from disjoint solution grids).
 """
 
 from .config import MODELS, SudokuConfig, load_config

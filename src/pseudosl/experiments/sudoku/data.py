@@ -21,7 +21,8 @@ Generation (deterministic by seed, numpy only):
 From :data:`PROGRESS_FROM` puzzles on, a progress bar (tqdm, on stderr) counts them.
 
 ``satnet=True`` (9 x 9 only) draws the number of givens uniformly from 31..42 (SATNet's
-range, mean 36.5) instead of a fixed ``n_missing``.
+range, mean 36.5) instead of a fixed ``n_missing``.  Puzzles whose solution grids keep apart between
+the train, validation and test splits (``split = "grids"``) come from :mod:`.split`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import csv
 import hashlib
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -43,9 +45,10 @@ from ...errors import StorageError
 from ...logic.errors import check_int
 from ..runs import atomic_path
 
-__all__ = ["SudokuData", "SIZES", "MIN_GIVENS", "box_shape", "board_size", "generate", "augment",
-           "count_solutions", "is_valid_solution", "load_satnet", "load_csv", "save_satnet", "save_csv",
-           "load_or_generate", "default_data_dir"]
+__all__ = ["SudokuData", "SIZES", "MIN_GIVENS", "box_shape", "board_size", "generate", "augment", "relabel_digits",
+           "count_solutions", "is_valid_solution", "random_full_grid", "random_symmetry", "check_generation",
+           "unique_puzzles", "load_satnet", "load_csv", "save_satnet", "save_csv", "load_or_generate",
+           "generation_key", "load_cached", "default_data_dir"]
 
 SIZES = (4, 6, 9)
 MIN_GIVENS = {4: 4, 6: 8, 9: 17}  # the fewest givens of a puzzle with a unique solution (known results)
@@ -166,13 +169,14 @@ def is_valid_solution(grid) -> bool:
 
 
 # -- generation -------------------------------------------------------------------------------
-def _random_full_grid(rng: np.random.Generator, size: int) -> np.ndarray:
+def random_full_grid(rng: np.random.Generator, size: int) -> np.ndarray:
+    """One solution grid ``(size**2,)``: backtracking on the empty board, the digits tried in random order."""
     n, sols = count_solutions([0] * (size * size), limit=1, rng=rng)
     assert n == 1
     return np.asarray(sols[0], dtype=np.int64)
 
 
-def _random_symmetry(grids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def random_symmetry(grids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Apply an independent random validity-preserving transformation to each grid ``(N, size, size)``."""
     n, size = grids.shape[0], grids.shape[1]
     br, bc = box_shape(size)
@@ -217,10 +221,18 @@ def augment(puzzles: Tensor, solutions: Tensor) -> tuple[Tensor, Tensor]:
         flip = torch.rand(b, device=dev) < 0.5
         cell = torch.where(flip[:, None, None], cell.transpose(1, 2), cell)
     cell = cell.reshape(b, size * size)
+    return relabel_digits(puzzles.gather(1, cell), solutions.gather(1, cell))
+
+
+def relabel_digits(puzzles: Tensor, solutions: Tensor) -> tuple[Tensor, Tensor]:
+    """The same random permutation of the digits ``1..size`` on each puzzle and its solution ``(B, size**2)``
+    (torch's global RNG, on the batch's device); blanks stay blanks.  The last step of :func:`augment`, and
+    alone the augmentation that keeps a grid in its class of the grid split (:mod:`.split`)."""
+    b, dev = puzzles.shape[0], puzzles.device
+    size = board_size(int(puzzles.shape[1]))
     relabel = torch.cat([torch.zeros(b, 1, dtype=torch.long, device=dev),
                          1 + torch.rand(b, size, device=dev).argsort(1)], 1)  # (B, size + 1), 0 -> 0
-    out = [relabel.gather(1, g.gather(1, cell)) for g in (puzzles, solutions)]
-    return out[0], out[1]
+    return relabel.gather(1, puzzles), relabel.gather(1, solutions)
 
 
 def generate(n: int, n_missing: int = 10, seed: int = 0, satnet: bool = False, pool: int = 64,
@@ -235,6 +247,15 @@ def generate(n: int, n_missing: int = 10, seed: int = 0, satnet: bool = False, p
         pool: number of backtracking-built base grids the symmetries are applied to.
         size: the board's side, one of :data:`SIZES`.
     """
+    n, pool = check_generation(n, n_missing, satnet, size, pool)
+    rng = np.random.default_rng(seed)
+    bases = np.stack([random_full_grid(rng, size) for _ in range(pool)]).reshape(pool, size, size)
+    return unique_puzzles(random_symmetry(bases[rng.integers(0, pool, n)], rng).reshape(n, size * size),
+                          n_missing, satnet, rng)
+
+
+def check_generation(n: int, n_missing: int, satnet: bool, size: int, pool: int = 64) -> tuple[int, int]:
+    """``n`` and ``pool`` as ints, or the named error of a bad argument of :func:`generate`, before any work."""
     n, pool = check_int("n", n, 1), check_int("pool", pool, 1)
     box_shape(size)  # a named error for a bad size
     most = size * size - MIN_GIVENS[size]
@@ -243,14 +264,19 @@ def generate(n: int, n_missing: int = 10, seed: int = 0, satnet: bool = False, p
                          f"{MIN_GIVENS[size]} givens), got {n_missing!r}")
     if satnet and size != 9:
         raise ValueError(f"satnet = True draws SATNet's 9x9 distribution of givens; size = {size}")
-    cells = size * size
-    rng = np.random.default_rng(seed)
-    bases = np.stack([_random_full_grid(rng, size) for _ in range(pool)]).reshape(pool, size, size)
-    sol = _random_symmetry(bases[rng.integers(0, pool, n)], rng).reshape(n, cells)
-    holes = cells - rng.integers(31, 43, n) if satnet else np.full(n, n_missing)
+    return n, pool
+
+
+def unique_puzzles(sol: np.ndarray, n_missing: int, satnet: bool, rng: np.random.Generator) -> SudokuData:
+    """Puzzles with a unique solution each, made from the solution grids ``sol`` ``(N, size**2)``: blank
+    ``n_missing`` random cells of each (``satnet``: all but 31..42, uniformly), then, while there are two
+    completions, restore one blank cell where they differ (so a puzzle may keep fewer blanks)."""
+    n, size = sol.shape[0], board_size(sol.shape[1])
+    holes = size * size - rng.integers(31, 43, n) if satnet else np.full(n, n_missing)
     puzzles = sol.copy()
     bar = tqdm(range(n), desc=f"generating {n:,} {size}x{size} Sudoku puzzles", unit="puzzle", mininterval=1.0,
                disable=n < PROGRESS_FROM)  # ~9,000 9x9 puzzles a second on one core
+    cells = size * size
     for k in bar:
         blank = rng.permutation(cells)[: holes[k]]
         p = puzzles[k]
@@ -274,10 +300,20 @@ def default_data_dir() -> Path:
     return Path(cache_dir()) / "sudoku"
 
 
+def generation_key(n: int, n_missing: int, seed: int, satnet: bool, size: int) -> str:
+    """What :func:`load_or_generate` caches under: every argument of :func:`generate` it passes."""
+    return f"v1-n{n}-m{n_missing}-s{seed}-satnet{int(satnet)}" + (f"-size{size}" if size != 9 else "")
+
+
 def load_or_generate(n: int, n_missing: int, seed: int, satnet: bool = False,
                      data_dir: str | Path | None = None, size: int = 9) -> SudokuData:
     """:func:`generate`, cached as ``<data_dir>/gen-<hash>.pt`` (never inside the repository by default)."""
-    key = f"v1-n{n}-m{n_missing}-s{seed}-satnet{int(satnet)}" + (f"-size{size}" if size != 9 else "")
+    return load_cached(generation_key(n, n_missing, seed, satnet, size),
+                       lambda: generate(n, n_missing, seed, satnet, size=size), data_dir)
+
+
+def load_cached(key: str, make: Callable[[], SudokuData], data_dir: str | Path | None = None) -> SudokuData:
+    """The puzzles cached under ``key`` as ``<data_dir>/gen-<sha1(key)[:12]>.pt``, or ``make()`` written there."""
     path = Path(data_dir or default_data_dir()) / f"gen-{hashlib.sha1(key.encode()).hexdigest()[:12]}.pt"
     if path.exists():
         try:
@@ -286,7 +322,7 @@ def load_or_generate(n: int, n_missing: int, seed: int, satnet: bool = False,
                 return SudokuData(d["puzzles"], d["solutions"])
         except Exception as e:  # a truncated file raises EOFError, RuntimeError, UnpicklingError, ...
             warnings.warn(f"{path}: unusable cached puzzles ({type(e).__name__}: {str(e)[:160]}); making them again")
-    data = generate(n, n_missing, seed, satnet, size=size)
+    data = make()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -29,9 +29,10 @@ from ..harness import train as harness_train
 from ..objective import ConstrainedObjective, ConstraintTerm
 from .config import CONSTRAINT_LOSS, PRESETS, SudokuConfig
 from .constraint import BOARD_SIZES, board_circuit, givens_mask, is_consistent, puzzle_circuits, sudoku_circuit
-from .data import SudokuData, augment, load_csv, load_or_generate, load_satnet
+from .data import SudokuData, load_csv, load_or_generate, load_satnet
 from .decoding import DECODERS, check_decoder, decode
 from .models import build_model
+from .split import augmentation, load_or_generate_part
 
 __all__ = ["SudokuExperiment", "Objective", "constraint_circuit", "load_data", "predict", "evaluate", "main", "PAPER",
            "LABELS"]
@@ -43,9 +44,15 @@ LABELS = {"convnet": "ConvNet", "convnet_sl": "ConvNet + SL", "rnn": "RNN", "rnn
 
 # -- data -----------------------------------------------------------------------------------------
 def load_data(cfg: SudokuConfig) -> tuple[SudokuData, SudokuData | None, SudokuData]:
-    """Train, validation (``None`` when ``n_val = 0``) and test splits, in that order of the data set:
-    the first ``n_train`` puzzles train, the next ``n_test`` test, the next ``n_val`` validate
-    (so the test split is the same whatever ``n_val``)."""
+    """Train, validation (``None`` when ``n_val = 0``) and test splits.  ``split = "random"``: in that order of
+    the data set, the first ``n_train`` puzzles train, the next ``n_test`` test, the next ``n_val`` validate (so
+    the test split is the same whatever ``n_val``); ``"grids"``: each from its own classes of solution grids
+    (:mod:`.split`; the test split is the same whatever ``n_train`` and ``n_val``)."""
+    if cfg.split == "grids":  # config.check: data = "generate"
+        train, val, test = (load_or_generate_part(part, k, cfg.n_missing, cfg.data_seed, cfg.satnet_dist,
+                                                  cfg.data_dir, cfg.size) if k else None
+                            for part, k in (("train", cfg.n_train), ("val", cfg.n_val), ("test", cfg.n_test)))
+        return train, val, test
     n = cfg.n_train + cfg.n_test + cfg.n_val
     if cfg.data == "generate":
         data = load_or_generate(n, cfg.n_missing, cfg.data_seed, cfg.satnet_dist, cfg.data_dir, cfg.size)
@@ -72,7 +79,8 @@ class Objective(ConstrainedObjective):
         term = None if loss is None else ConstraintTerm(
             loss, {"sl": cfg.sl_weight, "psl": cfg.psl_weight}[loss], cfg.psl_examples,
             allowed=None if cfg.givens == "ignore" else givens_mask, condition=cfg.givens == "condition")
-        super().__init__(model, term, constraint_circuit(cfg) if term else None, augment if cfg.augment else None)
+        super().__init__(model, term, constraint_circuit(cfg) if term else None,
+                         augmentation(cfg.split) if cfg.augment else None)
         self.name, self.cfg = name, cfg
 
 
@@ -141,7 +149,8 @@ class SudokuExperiment(Experiment[SudokuConfig]):
         train, val, test = load_data(cfg)
         blanks = (train.puzzles == 0).sum(1).float().mean()
         desc = (f"{cfg.size}x{cfg.size} boards, {len(train)} train / {len(val) if val is not None else 0} validation / "
-                f"{len(test)} test puzzles, {blanks:.1f} blanks on average")
+                f"{len(test)} test puzzles, {blanks:.1f} blanks on average"
+                + (", solution grids disjoint up to relabelling digits" if cfg.split == "grids" else ""))
         return Splits(TensorDataset(train.puzzles, train.solutions), val, test, desc)
 
     def build_model(self, name: str, cfg: SudokuConfig) -> nn.Module:
