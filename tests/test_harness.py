@@ -264,6 +264,13 @@ def test_reproduce_writes_under_runs_unless_asked_to_write_the_docs(tmp_path, mo
     assert "STALE BLOCK" not in written and "ConvNet + SL vs ConvNet" in written
     assert (tmp_path / "docs" / "figures" / "sudoku-cpu-curves.png").stat().st_size > 0
     assert (tmp_path / "docs" / "figures" / "sudoku-cpu-paired_by_epoch.png").stat().st_size > 0
+    # --resume continues the runs: finished checkpoints are re-tested, not retrained (nor rewritten)
+    ckpts = sorted((tmp_path / "runs" / "reproduce" / "cpu" / "sudoku").glob("*/checkpoint.pt"))
+    stamps = [c.stat().st_mtime_ns for c in ckpts]
+    (tmp_path / "docs" / "results.md").write_text(tracked)
+    cli(["reproduce", "--cpu", "--only", "sudoku", "--write-docs", "--resume"])
+    assert len(ckpts) == 4 and [c.stat().st_mtime_ns for c in ckpts] == stamps
+    assert "ConvNet + SL vs ConvNet" in (tmp_path / "docs" / "results.md").read_text()
 
 
 def test_a_paper_shaped_block_keeps_the_comparisons_and_the_bar_chart(tmp_path):
