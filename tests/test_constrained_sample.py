@@ -4,7 +4,8 @@ A user-written GRU (and a tiny GPT-2 over a folded vocabulary) over ``k**n`` seq
 teacher-forced ``log p(y)`` gives the joint table; the local conditionals are slices of it; the exact output
 distribution of resampling with ``K`` candidates is enumerated (``oracle.resampling_output``).  Checked: every
 output satisfies the constraint; the draws follow the exact output distribution for small ``K`` (an L1 bound
-that holds with probability 1 - 1e-9, which the wrong distributions fail); the exact total-variation distance to
+that holds with probability 1 - 1e-9, which the wrong distributions fail; satisfying anchors kept or, with
+``keep_satisfying=False``, resampled: tests/test_resample_kept.py covers the kept ones); the exact total-variation distance to
 ``p(. | alpha)`` falls with ``K`` and large ``K`` gets close; ``mode="mpe"`` is the brute-force argmax of the
 proposal; the effective sample size lies in ``[1, K]`` and is ``K`` for a model without dependencies; named errors.
 """
@@ -75,16 +76,21 @@ def local_proposal(log_table: torch.Tensor, anchor: tuple[int, ...], truth: np.n
     return oracle.conditional(truth, local_table(log_table, anchor)[None])[0]
 
 
-def exact_output(log_p: torch.Tensor, truth: np.ndarray, k: int, anchors: torch.Tensor | None = None) -> torch.Tensor:
+def exact_output(log_p: torch.Tensor, truth: np.ndarray, k: int, anchors: torch.Tensor | None = None, *,
+                 keep: bool = False) -> torch.Tensor:
     """``(A,)`` the exact output distribution of ``constrained_sample`` with ``k`` candidates, anchors ``y ~ p``
-    (or the one anchor given)."""
+    (or the one anchor given); ``keep``: a satisfying anchor is the output as it is (``keep_satisfying``)."""
     n = round(np.log(len(log_p)) / np.log(K_VALUES))
     table = log_p.view((K_VALUES,) * n)
     ys = oracle.assignments(n, K_VALUES)
+
+    def output(a: int, y: tuple[int, ...]) -> torch.Tensor:
+        if keep and truth[a]:
+            return torch.nn.functional.one_hot(torch.tensor(a), len(log_p)).double()
+        return oracle.resampling_output(local_proposal(table, y, truth), log_p, k)
     if anchors is not None:
-        return oracle.resampling_output(local_proposal(table, tuple(anchors.tolist()), truth), log_p, k)
-    return sum(log_p[a].exp() * oracle.resampling_output(local_proposal(table, tuple(y), truth), log_p, k)
-               for a, y in enumerate(ys))
+        return output(int(oracle.assignment_index(anchors[None], K_VALUES)[0]), tuple(anchors.tolist()))
+    return sum(log_p[a].exp() * output(a, tuple(y)) for a, y in enumerate(ys))
 
 
 def target(log_p: torch.Tensor, truth: np.ndarray) -> torch.Tensor:
@@ -196,14 +202,14 @@ def test_anchors_drawn_from_the_model_and_large_k_approach_the_target():
     engine, want = model.engine(), target(log_p, truth)
     y2 = pseudosl.constrained_sample(engine, circuit, batch_size=20_000, num_candidates=2,
                                      generator=torch.Generator().manual_seed(0))
-    l1, bound, _ = sample_fit(counts(y2), exact_output(log_p, truth, 2))  # anchors y ~ p, averaged over them
+    l1, bound, _ = sample_fit(counts(y2), exact_output(log_p, truth, 2, keep=True))  # anchors y ~ p, averaged
     assert l1 <= bound, (l1, bound)
     y16 = pseudosl.constrained_sample(engine, circuit, batch_size=40_000, num_candidates=16,
                                       generator=torch.Generator().manual_seed(1))
     l1, bound, _ = sample_fit(counts(y16), want)
-    # with probability >= 1 - 1e-9, TV(K=16) <= l1 / 2 + bound / 2, which lies below the exact TV(K=3)
-    tv_3 = tv(exact_output(log_p, truth, 3), want)
-    assert l1 / 2 + bound / 2 < tv_3, (l1 / 2 + bound / 2, tv_3)
+    # with probability >= 1 - 1e-9, TV(K=16) <= l1 / 2 + bound / 2, which lies below the exact TV(K=2)
+    tv_2 = tv(exact_output(log_p, truth, 2, keep=True), want)
+    assert l1 / 2 + bound / 2 < tv_2, (l1 / 2 + bound / 2, tv_2)
 
 
 # -- (c) mode="mpe" ------------------------------------------------------------------------------------
@@ -212,7 +218,8 @@ def test_mpe_is_the_argmax_of_the_local_distribution(seed):
     model, truth = GRU(seed=seed), random_truth(seed, density=0.2)
     circuit, table = circuit_from_truth(truth, N, K_VALUES), table_of(model).view((K_VALUES,) * N)
     anchors = model.engine().sample(batch_size=16, generator=torch.Generator().manual_seed(seed))
-    y, diag = pseudosl.constrained_sample(model.engine(), circuit, anchors, mode="mpe", return_diagnostics=True)
+    y, diag = pseudosl.constrained_sample(model.engine(), circuit, anchors, mode="mpe", return_diagnostics=True,
+                                          keep_satisfying=False)
     ys = torch.as_tensor(oracle.assignments(N, K_VALUES))
     for b in range(16):
         q = local_proposal(table, tuple(anchors[b].tolist()), truth)
@@ -227,7 +234,8 @@ def test_ess_lies_in_one_to_k_and_the_weights_are_p_over_q():
     model, truth = GRU(seed=0), random_truth(0)
     circuit, table = circuit_from_truth(truth, N, K_VALUES), table_of(model)
     y, diag = pseudosl.constrained_sample(model.engine(), circuit, batch_size=32, num_candidates=8,
-                                          generator=torch.Generator().manual_seed(0), return_diagnostics=True)
+                                          generator=torch.Generator().manual_seed(0), return_diagnostics=True,
+                                          keep_satisfying=False)
     assert diag.candidates.shape == (32, 8, N) and diag.log_weights.shape == (32, 8)
     assert ((diag.ess >= 1 - ATOL64) & (diag.ess <= 8 + ATOL64)).all() and (diag.ess < 7.9).any()
     assert torch.equal(y, diag.candidates[torch.arange(32), diag.chosen])
@@ -335,7 +343,8 @@ def test_folded_vocabulary_draws_follow_the_exact_output_distribution(k, map_nam
 def test_folded_vocabulary_mpe_is_the_argmax_of_the_proposal(map_name):
     constraint, truth, engine, ys, log_p, logits = lm_setup(map_name)
     anchors = engine.sample(batch_size=12, length=N_LM, generator=torch.Generator().manual_seed(0))
-    y, diag = pseudosl.constrained_sample(engine, constraint, anchors, mode="mpe", return_diagnostics=True)
+    y, diag = pseudosl.constrained_sample(engine, constraint, anchors, mode="mpe", return_diagnostics=True,
+                                          keep_satisfying=False)
     for b in range(12):
         q = lm_proposal(constraint.value_map, truth, ys, log_p, logits, anchors[b])
         assert torch.equal(y[b], ys[q.argmax()])

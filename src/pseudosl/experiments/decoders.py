@@ -23,8 +23,14 @@ resample       an exact draw from ``q(. | x, alpha)``                       loca
 =============  ==========================================================  ==========================================
 
 The autoregressive anchor is the greedy decode, not a sample: the proposal is then centred on the model's best guess,
-the ``constrained`` output is deterministic, and the resampled output still tends to ``p(. | x, alpha)`` as ``K``
-grows (any anchor does; the weights correct the proposal).  Draws use the ``generator`` (the experiments seed it from
+the ``constrained`` output is deterministic, and the resampled output of a violating anchor still tends to
+``p(. | x, alpha)`` as ``K`` grows (any anchor does; the weights correct the proposal).  A greedy decode that already
+satisfies the constraint (and ``allowed``) is returned unchanged by both (``constrained_sample``'s default
+``keep_satisfying=True``).  It is not a draw from ``p``, so the mixture argument of ``docs/psl.md`` does not apply to
+it; the choice rests on what the decoders are for: the greedy decode approximates ``argmax p``, and when it lies in
+``alpha`` it is the same approximation of ``argmax p(. | x, alpha)`` (``p(. | alpha)`` is ``p`` restricted to
+``alpha``), which ``argmax`` of the local distribution, or one weighted draw, could only move away from.  So the
+constrained rows differ from the greedy row exactly on the examples whose greedy decode violates the constraint.  Draws use the ``generator`` (the experiments seed it from
 torch's RNG, which the harness seeds with the run's seed before each decoder): the same seed gives the same output.
 
 An experiment lists the decoders it offers in one tuple (``decoders = decoder_labels("constrained", "resample")``);

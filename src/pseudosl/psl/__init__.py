@@ -6,6 +6,8 @@
 * :mod:`.recurrent`   -- :class:`RecurrentEngine`: ``nn.RNN/GRU/LSTM`` step models with prefix reuse,
 * :mod:`.decoder`     -- :class:`RecurrentDecoder`, the experiments' recurrent decoder,
 * :mod:`.causal_lm`   -- :class:`CausalLMEngine` (Hugging Face causal LMs, key/value-cache reuse),
+* :mod:`.folded_neighbours` -- which tokens it scores per position for a folded vocabulary (top-k), and the
+  estimates of the rest,
 * :mod:`.constraint`  -- :class:`Constraint` (a circuit and its :class:`ValueMap`), :func:`no_forbidden_sequences`,
   :class:`AutomatonConstraint` (an automaton over a model's values, any length),
 * :mod:`.words`       -- :func:`no_forbidden_words`: words in the decoded text, under any tokenization,

@@ -17,27 +17,20 @@ length ``P`` and sample ``y`` of length ``n`` (positions ``P .. P+n-1`` of the f
 
 Vocabulary folding (:class:`ValueMap`).  With a large vocabulary the circuit sees the ``K`` classes of a partition
 of the vocabulary (``D`` distinguished tokens and one catch-all value, or any partition, as
-``pseudosl.no_forbidden_words`` makes).  A class of at most ``max_class_size`` tokens (default 1) is *small*, the
-others *large*.  Per position the engine evaluates exactly the set ``S``: every token of the small classes, the
-sampled token, and the ``min(top_k, |j| - 1)`` most likely tokens under ``p(. | x, y_<i)`` of each large class ``j``
-other than the sample.  The mass of the rest ``R_j = j \\ S`` of each large class ``j`` is ESTIMATED as
+``pseudosl.no_forbidden_words`` makes).  Per position the engine scores exactly the sampled token, the
+``top_k_distinguished`` most likely tokens of the classes of at most ``max_class_size`` tokens (default: every one)
+and the ``top_k`` most likely of each larger class; the mass of each class's rest is ESTIMATED as
 
-    sum_{c in R_j} p(y^{i<-c}) ~= p(y_<i) * p(R_j | x, y_<i) * p(y_>i | x, y_<i, r_j),
+    sum_{c in R} p(y^{i<-c}) ~= p(y_<i) * p(R | x, y_<i) * p(y_>i | x, y_<i, r),
 
-with ``r_j`` the most likely token of ``R_j`` (one extra neighbour per large class; ``p(R_j | .)`` is exact, from
-the full-vocab softmax of the base run).  Each class value gets the exact scores of its tokens in ``S`` plus, for a
-large class, the estimate of its rest; no token is counted twice.  When every ``R_j`` is empty or holds a single
-token the result equals the exact folded conditionals.  Neighbour rows per position (one model row each, over the
-``n - 1 - i`` tokens after position ``i``), whatever the sample:
-
-    n_candidates = (tokens of the small classes) + 1 + sum over large classes j of min(top_k + 1, |j|)
-                 <= (tokens of the small classes) + 1 + (top_k + 1) * (number of large classes),
-
-at most ``V + 1``; ``top_k`` and ``max_class_size`` set the cost (``engine.n_candidates``).  A catch-all map
-with the default ``max_class_size=1`` is ``D`` small classes and one large one: ``D + top_k + 2`` rows, the ``D``
-distinguished tokens exact and the rest of the catch-all estimated.  Without a value map the engine is exact over
-all ``V`` tokens, or over the tokens ``0 .. n_values-1`` (``n_values=``: a small model whose vocabulary adds a BOS
-token after its values).
+``p(R | .)`` exact (the full-vocab softmax of the base run), ``r`` the most likely token of the rest (one extra
+neighbour per larger class, one shared by the small classes): :mod:`.folded_neighbours` states the sets, the
+estimator and the neighbour rows per position (``engine.n_candidates``, at most ``V + 1``).  When every rest holds
+at most one token the result equals the exact folded conditionals.  A catch-all map with the default
+``max_class_size=1`` is ``D`` small classes and one large one: ``D + top_k + 2`` rows, the ``D`` distinguished
+tokens exact and the rest of the catch-all estimated; with ``top_k_distinguished=k_D``, ``k_D + top_k + 3`` rows
+(the paper's construction).  Without a value map the engine is exact over all ``V`` tokens, or over the tokens
+``0 .. n_values-1`` (``n_values=``: a small model whose vocabulary adds a BOS token after its values).
 
 Rows carry their example ids (:mod:`pseudosl.psl.engine`): row ``r`` is scored after prompt ``example[r]``.
 """
@@ -54,8 +47,9 @@ from torch.utils.checkpoint import checkpoint
 from .. import checks
 from ..checks import check_candidates, check_positions, check_sample
 from ..logic.errors import check_int
-from .constraint import ValueMap, fold_classes
+from .constraint import ValueMap
 from .engine import Engine, exact_mode
+from .folded_neighbours import FoldedNeighbours
 from .sampling import check_count, sample_from_logits
 
 __all__ = ["CausalLMEngine", "head_logsumexp"]
@@ -123,9 +117,12 @@ class CausalLMEngine(Engine):
             whole vocabulary): the conditionals are over those tokens only, samples draw only those tokens (the
             others masked, e.g. a BOS token placed after them), and anchors must use only those tokens.
         top_k: with a value map, the number of most likely tokens of each large class (the sample aside) evaluated
-            exactly per position; at most the largest large class's size minus 1.
-        max_class_size: with a value map, the classes of at most this many tokens (>= 1) are scored token by token
-            (exact); every larger class gets ``top_k`` exact tokens and an estimate of its rest (module docs).
+            exactly per position; at most the largest large class's size minus 1 (the paper's "top-10 good words").
+        max_class_size: with a value map, the classes of at most this many tokens (>= 1) are small: their tokens are
+            the distinguished ones; every larger class gets ``top_k`` exact tokens and an estimate of its rest.
+        top_k_distinguished: with a value map, the number of most likely distinguished tokens (the sample aside)
+            evaluated exactly per position, the rest of each small class estimated (the paper's "top-470 toxic
+            words"); at most ``D - 1`` for ``D`` distinguished tokens; ``None`` (default): all ``D`` exact.
         max_neighbours_per_chunk: bound on neighbour sequences per forward call (memory budget).
         max_logits: bound on logits held at once in the vocabulary log-sum-exp.
         dropout: keep the model's train mode (stochastic); default evaluates in eval mode (exact).
@@ -141,7 +138,8 @@ class CausalLMEngine(Engine):
 
     def __init__(self, model: nn.Module, prompt_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                  *, value_map: ValueMap | None = None, n_values: int | None = None, top_k: int = 0,
-                 max_class_size: int = 1, max_neighbours_per_chunk: int | None = None, max_logits: int = 1 << 22, dropout: bool = False,
+                 max_class_size: int = 1, top_k_distinguished: int | None = None,
+                 max_neighbours_per_chunk: int | None = None, max_logits: int = 1 << 22, dropout: bool = False,
                  recompute: bool = False) -> None:
         head = model.get_output_embeddings()
         if not isinstance(head, nn.Linear):
@@ -163,10 +161,16 @@ class CausalLMEngine(Engine):
             raise ValueError(f"value_map.vocab_size={value_map.vocab_size} differs from the model's {self.vocab_size}")
         if value_map is not None and n_values is not None:
             raise ValueError("pass value_map (folded tokens) or n_values (tokens 0..n_values-1), not both")
+        if value_map is None and top_k_distinguished is not None:
+            raise ValueError(f"top_k_distinguished={top_k_distinguished!r} applies with a value_map (the distinguished "
+                             "tokens are its small classes); without one every token is scored exactly")
         self.value_map, self.top_k = value_map, check_int("top_k", top_k, low=0)
         self.max_class_size = check_int("max_class_size", max_class_size, low=1)
-        if value_map is not None:
-            self._split_classes(value_map)
+        self.top_k_distinguished = top_k_distinguished
+        self._folding = None if value_map is None else FoldedNeighbours(
+            value_map, top_k=top_k, max_class_size=max_class_size, top_k_distinguished=top_k_distinguished)
+        if self._folding is not None:
+            self.n_candidates = self._folding.n_candidates  # neighbour rows per position
         self.chunk, self.max_logits, self.dropout = max_neighbours_per_chunk, max_logits, dropout
         self.recompute = recompute
         if value_map is not None:
@@ -196,34 +200,6 @@ class CausalLMEngine(Engine):
     def _restricted(self) -> bool:
         """Circuit values are the token ids ``0 .. n_values-1`` of a larger vocabulary (no value map)."""
         return self.value_map is None and self.n_values < self.vocab_size
-
-    def _split_classes(self, vm: ValueMap) -> None:
-        """The small classes' tokens (by class, then id) and their classes, the large classes, and which of the
-        ``(L, top_k)`` top-token slots are scored: ``min(top_k, |j| - 1)`` of class ``j`` (more would be the whole
-        class); ``top_k`` checked against the largest large class (module docs)."""
-        sizes = torch.bincount(vm.lookup, minlength=vm.n_values)
-        small = sizes <= self.max_class_size
-        tokens = small[vm.lookup].nonzero().flatten()
-        tokens = tokens[vm.lookup[tokens].argsort(stable=True)]
-        large = (~small).nonzero().flatten()
-        most = int(sizes[large].max()) - 1 if len(large) else 0  # the sample may take one token of a large class
-        if self.top_k > most:
-            raise ValueError(f"top_k must lie in 0..{most} (the largest class over max_class_size="
-                             f"{self.max_class_size} tokens has {most + 1} tokens, one of which may be the sample), "
-                             f"got {self.top_k}")
-        n_top = (sizes[large] - 1).clamp(max=self.top_k)  # (L,): the top tokens scored per large class
-        slots = torch.arange(self.top_k)
-        top_slots = (torch.arange(len(large))[:, None] * self.top_k + slots)[slots < n_top[:, None]]
-        self.n_candidates = len(tokens) + 1 + int(n_top.sum()) + len(large)  # neighbour rows per position
-        self._classes_cpu = (tokens, vm.lookup[tokens], large, n_top, top_slots)
-        self._classes_at: dict[torch.device, tuple[Tensor, ...]] = {}
-
-    def _classes(self, device: torch.device) -> tuple[Tensor, ...]:
-        """``(small tokens, their classes, large classes, top tokens per large class, scored top slots)`` on
-        ``device``, copied there once."""
-        if device not in self._classes_at:
-            self._classes_at[device] = tuple(t.to(device) for t in self._classes_cpu)
-        return self._classes_at[device]
 
     def log_joint(self, y: Tensor, example: Tensor) -> Tensor:
         """Naive ``log p(y | prompt)``, ``(N,)``: one full forward pass over prompt + ``y`` with full-vocab logits."""
@@ -299,79 +275,19 @@ class CausalLMEngine(Engine):
             hid = out.last_hidden_state  # (B, P+n, H)
             kv = [(layer.keys, layer.values) for layer in _kv_cache(out).layers]
             base = self.head(hid[:, P - 1:P + n - 1]).log_softmax(-1)  # (B, n, V): log p(. | x, y_<i)
-            cand, valid, rest, in_large = self._candidates(sample, base, given)  # (B, n, K) x 2, (B, n, L) x 2
+            folded = None if self._folding is None else self._folding.candidates(sample, base, self.max_logits)
+            cand = given if folded is None else folded.tokens  # (B, n, K)
             k = cand.shape[-1]
             suffix = [self._suffix(i, sample, cand[:, i], kv, ids, mask, position_ids, chunk) for i in range(n - 1)]
             suffix.append(base.new_zeros(b, k))
         scores = base.gather(-1, cand) + torch.stack(suffix, 1)  # (B, n, K)
-        if self.value_map is None:
+        if folded is None:
             result = scores.log_softmax(-1)
         else:
-            result = self._fold(scores, base, cand, valid, rest, in_large).log_softmax(-1)
+            result = self._folding.fold(scores, base, folded).log_softmax(-1)
         if pos is None:
             return result
         return torch.where(pos[..., None], result, torch.full_like(result, fill))
-
-    def _candidates(self, sample: Tensor, base: Tensor, given: Tensor | None
-                    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Candidate tokens per position, their validity, ``log p(R_j | x, y_<i)`` of each large class's rest and
-        whether the sample lies in each large class.
-
-        Without a value map: ``given``, the checked candidates (the tokens ``0 .. n_values-1`` by default).
-        Layout with a value map (``S`` small tokens, ``L`` large classes, ``k = top_k``):
-        ``[S small tokens | sample | k_1 most likely of large class 1 | .. | k_L of class L | r_1 .. r_L]`` with
-        ``k_j = min(top_k, |j| - 1)`` and ``r_j`` the most likely of the rest.  The per-class top-``k`` runs over
-        groups of large classes, ``(B, n, G, V)`` within ``max_logits``.
-        """
-        b, n, V = base.shape
-        if self.value_map is None:
-            assert given is not None
-            none = base.new_zeros(b, n, 0)
-            return given, torch.ones_like(given, dtype=torch.bool), none, none.bool()
-        small, _, large, n_top, top_slots = self._classes(sample.device)
-        lookup = self.value_map.on(sample.device)[1]
-        k = self.top_k
-        in_large = lookup[sample][..., None] == large  # (B, n, L)
-        taken = torch.zeros(b, n, V, dtype=torch.bool, device=sample.device)
-        taken[..., small] = True
-        taken.scatter_(-1, sample[..., None], True)
-        tops, top_ok = [sample.new_zeros(b, n, 0, k)], [taken.new_zeros(b, n, 0, k)]
-        reps, rests = [sample.new_zeros(b, n, 0)], [base.new_zeros(b, n, 0)]
-        group = max(1, self.max_logits // max(1, b * n * V))
-        for a in range(0, len(large), group):
-            outside = taken[..., None, :] | (lookup != large[a:a + group, None])  # (B, n, G, V): not in class j \ y_i
-            best = base.detach()[..., None, :].masked_fill(outside, float("-inf")).topk(k + 1, -1)  # (B, n, G, k+1)
-            scored = torch.arange(k + 1, device=sample.device) < n_top[a:a + group, None]  # (G, k+1)
-            outside |= torch.zeros_like(outside).scatter_(-1, best.indices, scored.expand_as(best.indices))
-            tops.append(best.indices[..., :-1])
-            top_ok.append(torch.isfinite(best.values[..., :-1]))
-            reps.append(best.indices.gather(-1, n_top[a:a + group, None].expand(b, n, -1, 1)).squeeze(-1))
-            rests.append(base[..., None, :].masked_fill(outside, float("-inf")).logsumexp(-1))  # exact mass of R_j
-        top = torch.cat(tops, 2).flatten(2)[..., top_slots]
-        ok = torch.cat(top_ok, 2).flatten(2)[..., top_slots]
-        rest = torch.cat(rests, -1)
-        cand = torch.cat([small.expand(b, n, -1), sample[..., None], top, torch.cat(reps, -1)], -1)
-        valid = torch.cat([torch.ones_like(cand[..., :len(small)], dtype=torch.bool), in_large.any(-1, keepdim=True),
-                           ok, torch.isfinite(rest)], -1)
-        return cand, valid, rest, in_large
-
-    def _fold(self, scores: Tensor, base: Tensor, cand: Tensor, valid: Tensor, rest: Tensor,
-              in_large: Tensor) -> Tensor:
-        """``(B, n, K)`` candidate scores (the :meth:`_candidates` layout) -> ``(B, n, n_values)`` class scores: each
-        representative's score becomes its class's rest estimate ``log p(R_j) + log p(y_>i | r_j)``; each large
-        class the log-sum-exp of the sample (when it lies there), its top tokens and that estimate; each small
-        class the log-sum-exp of its tokens."""
-        small, small_classes, large, _, top_slots = self._classes(scores.device)
-        b, n, K = scores.shape
-        s, L, k, m = len(small), len(large), self.top_k, len(top_slots)
-        estimate = rest + (scores[..., K - L:] - base.gather(-1, cand[..., K - L:]))
-        scores = torch.cat([scores[..., :K - L], estimate], -1).masked_fill(~valid, float("-inf"))
-        in_class = scores[..., s, None].masked_fill(~in_large, float("-inf"))  # (B, n, L): the sample's score
-        top = scores.new_full((b, n, L * k), float("-inf")).index_copy(-1, top_slots, scores[..., s + 1:s + 1 + m])
-        per_class = torch.cat([in_class[..., None], top.view(b, n, L, k), scores[..., K - L:, None]],
-                              -1).logsumexp(-1)  # (B, n, L)
-        return fold_classes(torch.cat([scores[..., :s], per_class], -1), torch.cat([small_classes, large]),
-                            self.n_values)
 
     def _suffix(self, i: int, y: Tensor, cand: Tensor, kv: list[tuple[Tensor, Tensor]], ids: Tensor,
                 mask: Tensor, pos: Tensor, chunk: int | None) -> Tensor:

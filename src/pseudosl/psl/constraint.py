@@ -174,19 +174,23 @@ def fold_classes(log_scores: Tensor, classes: Tensor, n_classes: int) -> Tensor:
     return torch.where(empty, float("-inf"), sums.masked_fill(empty, 1.0).log() + top)
 
 
-def sample_satisfies(circuit: Circuit, values: Tensor, allowed: Tensor | None = None) -> Tensor:
+def sample_satisfies(circuit: Circuit, values: Tensor, allowed: Tensor | None = None, *,
+                     root: int | None = None) -> Tensor:
     """``(B,)`` bool: does each sequence of circuit values satisfy the constraint (and ``allowed``)?
 
     Evaluates the circuit once on the one-hot log-probabilities of ``values`` (0 at the value, ``-inf``
-    elsewhere): the log WMC is 0 for a model and ``-inf`` otherwise.  Every root must hold.
+    elsewhere): the log WMC is 0 for a model and ``-inf`` otherwise.  Every root must hold, or root ``root`` only.
     """
     values = check_sample(values, circuit.n_values, "values")
+    if root is not None and not 0 <= check_int("root", root) < circuit.n_roots:
+        raise ValueError(f"root must be an int in 0..{circuit.n_roots - 1} (a root of the circuit), got {root!r}")
     one_hot = torch.full((*values.shape, circuit.n_values), float("-inf"), device=values.device)
     one_hot.scatter_(-1, values.unsqueeze(-1), 0.0)
     with torch.no_grad():
         lp = constraint_log_prob(circuit, one_hot, allowed)
     ok = lp > -0.5
-    return ok.all(-1) if ok.dim() == 2 else ok
+    ok = ok if ok.dim() == 2 else ok[:, None]  # (B, roots)
+    return ok.all(-1) if root is None else ok[:, root]
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ For an autoregressive model ``p(y | x)`` the distribution ``p(y | x, alpha)`` is
 anchor ``y ~ p`` the local distribution ``p~_y(y~) = prod_i p(y~_i | y_-i, x)`` is fully factorized, so the
 compiled circuit conditions it on ``alpha`` exactly.  :func:`constrained_sample` uses it as a proposal:
 
-1. anchor ``y ~ p(. | x)`` (``engine.sample``), or a given one;
+1. anchor ``y ~ p(. | x)`` (``engine.sample``), or a given one; an anchor that already satisfies ``alpha`` (and
+   ``allowed``) is the output as it is (``keep_satisfying=True``, the default), the others go on:
 2. ``q(y~) = p~_y(y~ | alpha AND allowed)`` from the engine's local conditionals and the circuit;
 3. ``K`` candidates ``y~_1 .. y~_K ~ q``, drawn exactly (:meth:`pseudosl.Circuit.sample`);
 4. self-normalised importance weights ``w_j = p(y~_j | x) / q(y~_j)`` (``engine.log_prob``);
@@ -12,6 +13,22 @@ compiled circuit conditions it on ``alpha`` exactly.  :func:`constrained_sample`
 
 Every output satisfies ``alpha`` (and ``allowed``); as ``K`` grows the output's distribution tends to
 ``p(. | x, alpha AND allowed)`` (sampling importance resampling; ``K = 1`` returns the proposal's draw).
+
+Kept anchors.  Write ``A`` for the sequences satisfying ``alpha AND allowed`` and ``S_K(. | y)`` for the output
+distribution of steps 2-5 around anchor ``y``.  With anchors ``y ~ p`` the output has the distribution
+
+    p(z) [z in A] + sum_{y not in A} p(y) S_K(z | y)  =  p(A) p(z | A) + (1 - p(A)) M_K(z),
+
+``M_K`` the mixture of ``S_K(. | y)`` over the violating anchors (``y ~ p(. | not A)``): a satisfying anchor
+``y ~ p`` *is* a draw of ``p(. | A)``, so keeping it adds that share exactly.  As ``K`` grows every ``S_K(. | y)``
+tends to ``p(. | A)`` (the weights correct any proposal that covers ``A``), so ``M_K`` and the output do too; for
+a finite ``K`` the output is not exactly ``p(. | A)``: its total-variation distance is ``(1 - p(A)) TV(M_K, p(. | A))``
+-- the violators' share of their own error, none from the kept ones.  A given anchor (``sample=``, e.g. a greedy
+decode) that satisfies is kept too: the experiments' decoders want the model's own decode unchanged wherever it
+is already valid (:mod:`pseudosl.experiments.decoders`); the mixture argument above needs ``y ~ p``.
+``keep_satisfying=False`` resamples every anchor (the proposal's study).  The candidates are drawn for every row,
+kept or not, so the generator advances the same way and a violator's output does not depend on which other anchors
+were kept; when every anchor is kept and no diagnostics are asked for, nothing runs and nothing is drawn.
 ``mode="mpe"`` returns ``argmax q`` instead (:meth:`pseudosl.Circuit.mpe`), one deterministic output per anchor.
 ``p`` is the model as ``engine.log_prob`` scores it.
 
@@ -54,7 +71,7 @@ from torch import Tensor
 from ..checks import check_sample
 from ..circuit import Circuit
 from ..logic.errors import UnsatisfiableError, check_int
-from .constraint import Constraint
+from .constraint import Constraint, sample_satisfies
 from .engine import Engine, engine_circuit
 from .sampling import check_count, sample_from_logits
 
@@ -75,12 +92,14 @@ class ResampleDiagnostics:
         log_p: ``(B, K)`` ``log p(y~ | x)`` under the model.
         log_q: ``(B, K)`` ``log q(y~)``, the proposal ``p~_y(. | alpha AND allowed)`` (times the concrete-token
             factor of a folded vocabulary).
-        chosen: ``(B,)`` long, the candidate returned.
+        chosen: ``(B,)`` long, the candidate returned; ``-1`` where the anchor was kept (``kept``).
         ess: ``(B,)`` effective sample size of the self-normalised weights, ``(sum w)^2 / sum w^2`` in ``[1, K]``
             (``K``: all weights equal, the proposal is the target up to a constant; 1: one candidate takes all);
-            1 in ``mode="mpe"``.
+            1 in ``mode="mpe"``.  A kept row's candidates and weights are drawn and reported as for any row (its
+            ``ess`` describes the proposal around it), but not used.
         log_p_constraint: ``(B,)`` ``log p~_y(alpha AND allowed)``, the local distribution's mass on the constraint;
             positions where ``allowed`` leaves one value are conditioned on (their conditional counts as 1, not computed).
+        kept: ``(B,)`` bool, the anchor satisfied the constraint and is the output as it is (``keep_satisfying``).
     """
 
     anchor: Tensor
@@ -90,6 +109,7 @@ class ResampleDiagnostics:
     chosen: Tensor
     ess: Tensor
     log_p_constraint: Tensor
+    kept: Tensor
 
     @property
     def log_weights(self) -> Tensor:
@@ -189,8 +209,8 @@ def _concrete_tokens(engine: Engine, anchor: Tensor, values: Tensor,
 def constrained_sample(engine: Engine, circuit: Circuit | Constraint, sample: Tensor | None = None, *,
                        num_candidates: int | None = None, mode: Mode = "resample", allowed: Tensor | None = None,
                        root: int | None = None, batch_size: int | None = None, chunk_size: int | None = None,
-                       generator: torch.Generator | None = None, return_diagnostics: bool = False
-                       ) -> Tensor | tuple[Tensor, ResampleDiagnostics]:
+                       generator: torch.Generator | None = None, return_diagnostics: bool = False,
+                       keep_satisfying: bool = True) -> Tensor | tuple[Tensor, ResampleDiagnostics]:
     """One output per example that satisfies the constraint: locally constrained resampling (module docs).
 
     Args:
@@ -208,6 +228,8 @@ def constrained_sample(engine: Engine, circuit: Circuit | Constraint, sample: Te
         chunk_size: the engine's memory bound (rows per model call) for the conditionals and the weights.
         generator: a ``torch.Generator`` on the model's device for every draw (anchors, candidates, tokens, the choice).
         return_diagnostics: also return a :class:`ResampleDiagnostics` (weights, effective sample size, ...).
+        keep_satisfying: return an anchor that already satisfies the constraint (and ``allowed``) unchanged and
+            resample only the violators (module docs: "Kept anchors"); ``False``: resample every anchor.
 
     Returns:
         ``(B, n)`` long outputs in the model's values (token ids for a language model), each satisfying the
@@ -239,8 +261,14 @@ def constrained_sample(engine: Engine, circuit: Circuit | Constraint, sample: Te
     if b == 0:
         empty = sample.new_zeros(0, k, n)
         none = torch.zeros(0, k)
-        diag = ResampleDiagnostics(sample, empty, none, none, sample.new_zeros(0), torch.zeros(0), torch.zeros(0))
+        diag = ResampleDiagnostics(sample, empty, none, none, sample.new_zeros(0), torch.zeros(0), torch.zeros(0),
+                                   torch.zeros(0, dtype=torch.bool))
         return (sample, diag) if return_diagnostics else sample
+    kept = torch.zeros(b, dtype=torch.bool, device=sample.device)
+    if keep_satisfying:
+        kept = sample_satisfies(circuit, engine.circuit_values(sample), allowed, root=root).to(sample.device)
+        if kept.all() and not return_diagnostics:
+            return sample.clone()
 
     # the proposal q = p~_y(. | alpha AND allowed): the local conditionals, conditioned by the circuit.  A position
     # where ``allowed`` leaves one value takes it in every candidate whatever its conditional (its factor cancels
@@ -274,10 +302,11 @@ def constrained_sample(engine: Engine, circuit: Circuit | Constraint, sample: Te
         chosen = sample_from_logits(log_w, generator=generator).to(sample.device)
         ess = effective_sample_size(log_w)
     out = values.gather(1, chosen.view(b, 1, 1).expand(b, 1, n)).squeeze(1)
+    out = torch.where(kept[:, None], sample, out)
     if not return_diagnostics:
         return out
-    return out, ResampleDiagnostics(anchor=sample, candidates=values, log_p=log_p, log_q=log_q, chosen=chosen,
-                                    ess=ess, log_p_constraint=log_z)
+    return out, ResampleDiagnostics(anchor=sample, candidates=values, log_p=log_p, log_q=log_q,
+                                    chosen=chosen.masked_fill(kept, -1), ess=ess, log_p_constraint=log_z, kept=kept)
 
 
 def _mpe(engine: Engine, circuit: Circuit, sample: Tensor, cond: Tensor, allowed: Tensor | None,

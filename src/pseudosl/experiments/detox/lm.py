@@ -43,7 +43,8 @@ class ConstrainedDecoding:
     ``resample = None``: generation with :class:`pseudosl.ConstraintLogitsProcessor` (every token that would leave
     no satisfying completion is masked before nucleus sampling).  ``resample = K``: the continuations are sampled
     as without a constraint, then each is the anchor of :func:`pseudosl.constrained_sample` with ``K`` candidates
-    (engine :class:`pseudosl.CausalLMEngine` bound to its prompt, ``top_k`` other tokens evaluated exactly).
+    (engine :class:`pseudosl.CausalLMEngine` bound to its prompt, ``top_k`` other tokens evaluated exactly); a
+    continuation that already satisfies the constraint is kept as it is.
     """
 
     constraint: Any  # pseudosl.Constraint
