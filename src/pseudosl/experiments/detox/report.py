@@ -69,7 +69,8 @@ def paper_table(summary: dict[str, dict], labels: dict[str, str], title: str = "
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {len(row['seeds'])} |")
     lines += ["", "Lower is better everywhere.  EMT: expected maximum toxicity over the continuations of a prompt; "
                   "TP: share of prompts with at least one toxic continuation; word rate: share of continuations "
-                  "breaking the constraint (a forbidden token sequence; with a pretrained model, a forbidden word in the decoded text). " + PPL_NOTE]
+                  "breaking the constraint (a forbidden token sequence; with a pretrained model, a forbidden word "
+                  "in the decoded text). " + PPL_NOTE]
     if paper:
         lines.append("In parentheses: the paper's Table 3 (GPT-2 124M, RealToxicityPrompts, Perspective API, "
                      "25 continuations; its Toxicity Prob. divided by 100). Our scorer, model and prompts differ: "
