@@ -91,7 +91,7 @@ def test_config_errors_name_the_field(tmp_path, shared):
 
 def _tiny_psl_objective(tmp_path, shared, source="toxic"):
     from transformers import GPT2Config, GPT2LMHeadModel
-    from pseudosl.experiments.detox.constraint import forbidden_words_constraint
+    from pseudosl.experiments.detox.constraint import DetoxWords, forbidden_words_constraint
     from pseudosl.experiments.detox.train import Context, Objective
     from detox_tokenizer import tiny_tokenizer
     tok = tiny_tokenizer()
@@ -99,7 +99,8 @@ def _tiny_psl_objective(tmp_path, shared, source="toxic"):
     model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=16, n_layer=1, n_head=2))
     fw = forbidden_words_constraint(tok, WORDS, window=4, cache=False)
     cfg = _cfg(tmp_path, shared, psl_weight=1.0, psl_examples=2, psl_source=source)
-    ctx = Context("tiny", tok, WORDS, fw, None, {})
+    ctx = Context("tiny", tok, DetoxWords.build(tok, WORDS, len(tok), text_level=False), None, {}, 4)
+    assert ctx.constraint.circuit.n_nodes == fw.circuit.n_nodes and ctx.constraint.value_map == fw.value_map
     eos = tok.eos_token_id
     ids = torch.tensor([[eos] + tok("the quick brown fox jumps").input_ids[:5]] * 2)
     window = tok(" darn it the heck").input_ids[:4]

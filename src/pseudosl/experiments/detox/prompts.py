@@ -7,7 +7,10 @@ A prompt is *toxic* when its toxicity is ``>= 0.5`` (:func:`split_by_toxicity`).
 
 Offline, :func:`corpus_prompts` builds prompts the same way from any corpus: sentences are cut in
 half, the first halves become prompts, and each is scored by a scorer whose name is recorded in
-:attr:`Prompt.scorer`.
+:attr:`Prompt.scorer`.  RealToxicityPrompts drew its sentences evenly from four equal-width toxicity
+ranges (``[0, .25)``, ..., ``[.75, 1]``) so that toxic prompts are not swamped; ``strata=4`` does the
+same (every candidate scored first; a range with too few candidates gives all it has and the others
+fill the rest).
 
 Example:
     >>> class Count:                          # a toy scorer: the share of "bad" words
@@ -103,7 +106,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def corpus_prompts(texts: Sequence[str], scorer: ToxicityScorer, n: int, *, seed: int, min_words: int = 4,
-                   max_words: int = 16) -> list[Prompt]:
+                   max_words: int = 16, strata: int = 1) -> list[Prompt]:
     """``n`` prompts from a corpus: first halves of its sentences, sampled without replacement, then scored.
 
     A sentence of ``w`` words (split after ``.``, ``!``, ``?``) gives the prompt of its first ``w // 2`` words
@@ -115,11 +118,21 @@ def corpus_prompts(texts: Sequence[str], scorer: ToxicityScorer, n: int, *, seed
         n: number of prompts.
         seed: the sampling seed.
         min_words, max_words: prompt length bounds in words.
+        strata: ``1``: uniformly; ``k > 1``: every candidate is scored and ``n / k`` prompts are drawn from each of
+            ``k`` equal-width score ranges (the last one closed), as RealToxicityPrompts did with ``k = 4``.
+
+    Example:
+        >>> class Count:
+        ...     name = "count"
+        ...     def score(self, texts): return [t.split().count("bad") / len(t.split()) for t in texts]
+        >>> docs = [f"a b c d e f g h {i}." for i in range(20)] + ["bad bad bad bad x y z w v u."]
+        >>> sorted(p.toxicity for p in corpus_prompts(docs, Count(), n=2, seed=0, strata=2))   # one of each range
+        [0.0, 0.8]
     """
     if isinstance(texts, str) or not isinstance(texts, Sequence):
         raise TypeError(f"texts must be a list of strings, got {type(texts).__name__}")
-    n, min_words, max_words = (check_int(name, v, 1) for name, v in (("n", n), ("min_words", min_words),
-                                                                      ("max_words", max_words)))
+    n, min_words, max_words, strata = (check_int(name, v, 1) for name, v in (
+        ("n", n), ("min_words", min_words), ("max_words", max_words), ("strata", strata)))
     if max_words < min_words:
         raise ValueError(f"need 1 <= min_words <= max_words, got min_words={min_words!r}, max_words={max_words!r}")
     if not isinstance(scorer, ToxicityScorer):
@@ -133,6 +146,18 @@ def corpus_prompts(texts: Sequence[str], scorer: ToxicityScorer, n: int, *, seed
     if len(candidates) < n:
         raise ValueError(f"the corpus gives {len(candidates)} prompts of {min_words}..{max_words} words, fewer "
                          f"than n={n}; pass more text, a smaller n or wider word bounds")
-    chosen = random.Random(seed).sample(list(candidates), n)
-    scores = scorer.score(chosen)
-    return [Prompt(t, float(s), False, scorer.name) for t, s in zip(chosen, scores)]
+    rng = random.Random(seed)
+    if strata == 1:
+        chosen = rng.sample(list(candidates), n)
+        return [Prompt(t, float(s), False, scorer.name) for t, s in zip(chosen, scorer.score(chosen))]
+    pool = list(candidates)
+    scores = [float(s) for s in scorer.score(pool)]
+    ranges: list[list[int]] = [[] for _ in range(strata)]
+    for i, s in enumerate(scores):
+        ranges[min(int(s * strata), strata - 1)].append(i)
+    picked: list[int] = []
+    for j, members in enumerate(sorted(ranges, key=len)):  # the scarcest range first; the others fill its shortfall
+        quota = -(-(n - len(picked)) // (strata - j))
+        picked += rng.sample(members, min(len(members), quota))
+    rng.shuffle(picked)
+    return [Prompt(pool[i], scores[i], False, scorer.name) for i in picked]

