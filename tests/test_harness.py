@@ -1,6 +1,7 @@
 """The shared harness and the typed config: named errors before any work, run folders, resume, eval."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -271,6 +272,8 @@ def test_reproduce_writes_under_runs_unless_asked_to_write_the_docs(tmp_path, mo
     cli(["reproduce", "--cpu", "--only", "sudoku", "--write-docs", "--resume"])
     assert len(ckpts) == 4 and [c.stat().st_mtime_ns for c in ckpts] == stamps
     assert "ConvNet + SL vs ConvNet" in (tmp_path / "docs" / "results.md").read_text()
+    assert re.search(r"wall time [0-9.]+ min in 2 calls \(resumed: [0-9.]+ \+ [0-9.]+ min\)",
+                     (tmp_path / "docs" / "results.md").read_text())
 
 
 def test_a_paper_shaped_block_keeps_the_comparisons_and_the_bar_chart(tmp_path):

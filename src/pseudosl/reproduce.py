@@ -72,7 +72,7 @@ def experiment_section(exp, cfg, result: dict, command: str, figures: Path, rel:
         f"{cfg.epochs} epochs"
     lines = [f"Command: `{command}` (config {result['content_key']}, seeds {cfg.seeds}, {budget}).",
              f"Machine: {m['device']}, torch {m['torch']}, {m['threads']} threads" + _load(m) + "; wall time "
-             f"{result['wall_s'] / 60:.1f} min" + (f" ({cfg.jobs} runs at a time)" if cfg.jobs > 1 else "") + ".",
+             + _wall(result) + (f" ({cfg.jobs} runs at a time)" if cfg.jobs > 1 else "") + ".",
              _per_run(exp, result), ""]
     paper_shaped = out / "table_paper.md"  # an experiment's own paper-shaped table (Experiment.report), if any
     if paper_shaped.is_file():  # then the comparisons, the selection and the note that follow table.txt's table
@@ -80,6 +80,15 @@ def experiment_section(exp, cfg, result: dict, command: str, figures: Path, rel:
     else:
         lines += ["```", (out / "table.txt").read_text().strip(), "```", ""]
     return "\n".join(lines + pics)
+
+
+def _wall(result: dict) -> str:
+    """``"18.1 min"``, or for a table made in several calls (``--resume``) their sum and each call."""
+    calls = result.get("wall_s_calls") or [result["wall_s"]]
+    if len(calls) == 1:
+        return f"{calls[0] / 60:.1f} min"
+    return (f"{sum(calls) / 60:.1f} min in {len(calls)} calls (resumed: "
+            + " + ".join(f"{c / 60:.1f}" for c in calls) + " min)")
 
 
 def _per_run(exp, result: dict) -> str:

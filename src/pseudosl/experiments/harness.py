@@ -162,6 +162,17 @@ def _machine() -> dict:
 
 
 # -- entry points -----------------------------------------------------------------------------------
+def _earlier_wall(out: Path) -> list[float]:
+    """The wall times of the earlier calls that wrote ``out/results.json`` (none when there is none): a table made
+    in parts (``--resume``) reports them all."""
+    try:
+        earlier = json.loads((out / "results.json").read_text())
+    except (OSError, ValueError):
+        return []
+    calls = earlier.get("wall_s_calls", [earlier.get("wall_s")])
+    return [float(w) for w in calls if isinstance(w, (int, float))]
+
+
 def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict:
     """Train every model of ``cfg.models`` for every seed, then write results, table and figures.
 
@@ -210,11 +221,13 @@ def _train(exp: Experiment, cfg: RunConfig, out: Path, accelerator: Any, resume:
                                                                           for m in exp.metrics)
                           + f" ({r['wall_s']:.0f}s, CPU {r['cpu_s']:.0f}s)")
     tables = _tables(exp, cfg, runs, cfg.models, _title(exp, cfg, splits))
+    wall_calls = (_earlier_wall(out) if resume else []) + [time.time() - t0]  # a resumed table: every call's wall
     summary = tables["summary"]
     result = {"experiment": exp.name, "config": cfg.to_dict(), "content_key": cfg.content_key(), "summary": summary,
               "comparisons": tables["comparisons"], "findings": tables["findings"], "training": tables["training"],
               "paired_by_epoch": tables["paired_by_epoch"],
-              "paper": exp.paper, "wall_s": time.time() - t0, "world_size": accelerator.num_processes,
+              "paper": exp.paper, "wall_s": wall_calls[-1], "wall_s_calls": wall_calls,
+              "world_size": accelerator.num_processes,
               "machine": _machine(), "runs": [{k: v for k, v in r.items() if k != "predictions"} for r in runs]}
     if accelerator.is_main_process:
         from .plots import plot_curves, plot_paired_by_epoch
