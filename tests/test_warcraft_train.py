@@ -136,7 +136,9 @@ def test_presets_and_bad_config(tmp_path):
     assert {"quick", "paper"} <= set(names)
     for name in names:
         cfg = load_config(preset_path(name))
-        assert cfg.preset == name and cfg.lr == 5e-4 and cfg.models == ["resnet", "resnet_sl", "lstm", "lstm_psl"]
+        assert cfg.preset == name and cfg.models == ["resnet", "resnet_sl", "lstm", "lstm_psl"]
+        assert cfg.lr == (1e-3 if name == "cpu" else 5e-4)  # the cpu regime's, for every row, to converge in budget
+    assert load_config(preset_path("cpu")).patience is not None
     paper = load_config(preset_path("paper"))
     assert (paper.grid, paper.n_train, paper.n_val, paper.n_test, paper.seeds) == (12, 10000, 1000, 1000, [0, 1, 2])
     assert paper.lstm_hidden == 512 and paper.embed_dim == 128 and paper.width == 1.0
