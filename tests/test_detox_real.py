@@ -19,11 +19,7 @@ pytest.importorskip("transformers")
 from pseudosl.experiments.config import ConfigError  # noqa: E402
 from pseudosl.experiments.detox.config import DetoxConfig  # noqa: E402
 
-WORDS = ["darn", "heck"]
-TEXT = "\n\n".join(
-    [f"the quick brown fox {i} jumps over the lazy dog and the dog sleeps" for i in range(20)]
-    + [f"darn it said the fox {i}, what the heck is the dog doing" for i in range(10)]
-    + [f"a good day for a walk in the park with the brown dog {i}" for i in range(20)])
+from test_detox_train import TEXT, WORDS  # noqa: E402  (the detox tests' tiny corpus and word list)
 
 
 def _tiny_lm(vocab_size: int, eos: int, seed: int = 0):
