@@ -296,3 +296,23 @@ def test_a_paper_shaped_block_keeps_the_comparisons_and_the_bar_chart(tmp_path):
     assert "| A | 1 |" in text and "```\nPaired by seed: lines\n\nnote\n```" in text and "the plain table" not in text
     assert text.index("sudoku-cpu-comparison.png") < text.index("sudoku-cpu-curves.png")
     assert (tmp_path / "figs" / "sudoku-cpu-comparison.png").read_bytes() == b"png"
+
+
+def test_reproduce_real_writes_its_block_into_results(tmp_path, monkeypatch, capsys):
+    """`reproduce --real`: the experiments' real-model presets (detox on SmolLM2 in the package), blocks
+    ``real:<name>`` in results.md; an experiment without one is skipped, saying so."""
+    import pseudosl.experiments.sudoku.train as sudoku_train
+    import pseudosl.experiments.warcraft.train as warcraft_train
+    from pseudosl.cli import main as cli
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    (presets / "real.toml").write_text('preset = "real"\nmodels = ["convnet"]\nseeds = [0]\nsize = 4\nn_missing = 6\n'
+                                       'n_train = 16\nn_val = 8\nn_test = 8\nepochs = 1\nconv_channels = 4\n'
+                                       f'conv_layers = 1\ndata_dir = "{tmp_path / "d"}"\n')
+    monkeypatch.setattr(sudoku_train.SudokuExperiment, "presets", presets)
+    monkeypatch.setattr(warcraft_train.WarcraftExperiment, "presets", tmp_path / "none")
+    monkeypatch.chdir(tmp_path)
+    cli(["reproduce", "--real", "--only", "sudoku", "warcraft"])
+    assert "warcraft: no real preset; skipped" in capsys.readouterr().out
+    text = (tmp_path / "runs" / "reproduce" / "results.md").read_text()
+    assert "<!-- BEGIN real:sudoku -->" in text and "pseudosl sudoku train --preset real" in text

@@ -138,7 +138,7 @@ def _eval(args: argparse.Namespace) -> None:
 
 
 def _add_reproduce(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("reproduce", help="run every experiment's quick, cpu or paper preset and write the report",
+    p = sub.add_parser("reproduce", help="run every experiment's quick, cpu, real or paper preset and write the report",
                        description="Train every experiment's preset (replacing earlier reproduction runs under "
                                    "--runs, or continuing them with --resume), then write the report: the tracked document's generated blocks "
                                    "replaced, under --runs (default) or in docs/ itself (--write-docs). "
@@ -148,6 +148,9 @@ def _add_reproduce(sub: argparse._SubParsersAction) -> None:
                       help="the quick presets: minutes on a 2-core CPU (report: reproduction.md)")
     mode.add_argument("--cpu", action="store_const", const="cpu", dest="mode",
                       help="the cpu presets: the CPU regime, >= 5 seeds, <= 90 min each on 2 cores (report: results.md)")
+    mode.add_argument("--real", action="store_const", const="real", dest="mode",
+                      help="the real-model presets (detox on SmolLM2-135M): <= 2 h on 2 cores, needs "
+                           "bash scripts/install_smollm2.sh (report: results.md)")
     mode.add_argument("--paper", action="store_const", const="paper", dest="mode",
                       help="the paper presets: one GPU (report: reproduction.md)")
     p.add_argument("--only", nargs="+", help="a subset of the experiments / sections")

@@ -1,7 +1,7 @@
-"""``pseudosl reproduce --quick | --cpu | --paper``: every experiment's preset, then the report's tables.
+"""``pseudosl reproduce --quick | --cpu | --real | --paper``: every experiment's preset, then the report's tables.
 
-Each registered experiment (:data:`pseudosl.experiments.registry.EXPERIMENTS`) is trained with its ``quick``, ``cpu`` or
-``paper`` preset through the shared harness (``--overwrite``: a reproduction starts afresh; ``resume=True`` (``--resume``)
+Each registered experiment (:data:`pseudosl.experiments.registry.EXPERIMENTS`) is trained with its ``quick``, ``cpu``,
+``real`` (a real pretrained model: detox on SmolLM2) or ``paper`` preset through the shared harness (``--overwrite``: a reproduction starts afresh; ``resume=True`` (``--resume``)
 continues the runs under ``runs`` instead, so a regime can be run in parts and a finished run's test rows are
 recomputed from its checkpoints; an experiment without that preset is skipped, saying so), then its section of the report is written
 between markers::
@@ -10,7 +10,7 @@ between markers::
 
 The report is ``runs/reproduce/<document>`` (a copy of the tracked document with the blocks replaced,
 so ``diff docs/reproduction.md runs/reproduce/reproduction.md`` shows what a fresh run changed), where
-the document is ``reproduction.md`` for ``quick`` and ``paper`` and ``results.md`` for ``cpu``;
+the document is ``reproduction.md`` for ``quick`` and ``paper`` and ``results.md`` for ``cpu`` and ``real``;
 ``write_docs=True`` (``--write-docs``) updates the tracked ``docs/<document>`` instead, ``report`` any
 file.  Text outside the markers (the paper's numbers, the notes) is left alone, so the report is
 hand-written prose around generated tables.  A block holds the command, the machine and its load, the
@@ -30,8 +30,8 @@ from pathlib import Path
 
 __all__ = ["reproduce", "replace_section", "experiment_section", "SECTIONS", "MODES", "DOCUMENTS"]
 
-MODES = ("quick", "cpu", "paper")
-DOCUMENTS = {"quick": "reproduction.md", "paper": "reproduction.md", "cpu": "results.md"}  # mode -> docs/<file>
+MODES = ("quick", "cpu", "real", "paper")
+DOCUMENTS = {"quick": "reproduction.md", "paper": "reproduction.md", "cpu": "results.md", "real": "results.md"}  # mode -> docs/<file>
 
 # name -> "module:function(mode, runs folder of this mode, figures folder, results so far) -> markdown";
 # run after the experiments
@@ -126,7 +126,7 @@ def reproduce(mode: str, report: Path | None = None, only: list[str] | None = No
     from .experiments.harness import train
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    names = only or [*EXPERIMENTS, *(SECTIONS if mode != "cpu" else [])]
+    names = only or [*EXPERIMENTS, *(SECTIONS if mode in ("quick", "paper") else [])]
     unknown = [n for n in names if n not in EXPERIMENTS and n not in SECTIONS]
     if unknown:
         raise ValueError(f"unknown experiments {unknown}; choose from {', '.join([*EXPERIMENTS, *SECTIONS])}")

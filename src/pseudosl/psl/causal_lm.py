@@ -50,6 +50,7 @@ from ..logic.errors import check_int
 from .constraint import ValueMap
 from .engine import Engine, exact_mode
 from .folded_neighbours import FoldedNeighbours
+from .lm_memory import LMShape, NeighbourPlan, default_budget, plan_neighbours
 from .sampling import check_count, sample_from_logits
 
 __all__ = ["CausalLMEngine", "head_logsumexp"]
@@ -123,12 +124,17 @@ class CausalLMEngine(Engine):
         top_k_distinguished: with a value map, the number of most likely distinguished tokens (the sample aside)
             evaluated exactly per position, the rest of each small class estimated (the paper's "top-470 toxic
             words"); at most ``D - 1`` for ``D`` distinguished tokens; ``None`` (default): all ``D`` exact.
-        max_neighbours_per_chunk: bound on neighbour sequences per forward call (memory budget).
+        memory_budget: bytes the neighbour work may take at once (default: a quarter of the memory free on the
+            device, at most 2 GiB on a CPU); the engine picks its chunks and recomputation within it
+            (:mod:`.lm_memory`; :meth:`memory_plan` says what it chose).  Larger: fewer model calls and no
+            recomputation when everything fits; smaller: less memory, more calls.
+        max_neighbours_per_chunk: neighbour sequences per forward call; default: planned within ``memory_budget``.
         max_logits: bound on logits held at once in the vocabulary log-sum-exp.
         dropout: keep the model's train mode (stochastic); default evaluates in eval mode (exact).
         recompute: activation-checkpoint every neighbour chunk: backward recomputes one chunk at a time, so the
             activations held between forward and backward are the base run's only (same gradients, ~1 extra
-            forward pass of compute).
+            forward pass of compute); default: on when keeping every chunk's activations would exceed
+            ``memory_budget``.
 
     A prompt plus a sequence longer than the model's context (``config.n_positions`` /
     ``max_position_embeddings``) is refused before the model runs.
@@ -139,8 +145,8 @@ class CausalLMEngine(Engine):
     def __init__(self, model: nn.Module, prompt_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                  *, value_map: ValueMap | None = None, n_values: int | None = None, top_k: int = 0,
                  max_class_size: int = 1, top_k_distinguished: int | None = None,
-                 max_neighbours_per_chunk: int | None = None, max_logits: int = 1 << 22, dropout: bool = False,
-                 recompute: bool = False) -> None:
+                 memory_budget: int | None = None, max_neighbours_per_chunk: int | None = None,
+                 max_logits: int = 1 << 22, dropout: bool = False, recompute: bool | None = None) -> None:
         head = model.get_output_embeddings()
         if not isinstance(head, nn.Linear):
             raise TypeError(f"model.get_output_embeddings() must be an nn.Linear, got {type(head).__name__}")
@@ -171,8 +177,14 @@ class CausalLMEngine(Engine):
             value_map, top_k=top_k, max_class_size=max_class_size, top_k_distinguished=top_k_distinguished)
         if self._folding is not None:
             self.n_candidates = self._folding.n_candidates  # neighbour rows per position
-        self.chunk, self.max_logits, self.dropout = max_neighbours_per_chunk, max_logits, dropout
-        self.recompute = recompute
+        self.chunk = None if max_neighbours_per_chunk is None else check_int(
+            "max_neighbours_per_chunk", max_neighbours_per_chunk, low=1, fix=" (or None: planned within memory_budget)")
+        self.memory_budget = None if memory_budget is None else check_int(
+            "memory_budget", memory_budget, low=1, fix=" (bytes, e.g. 2 * 2**30; or None: a quarter of the free memory)")
+        if recompute is not None and not isinstance(recompute, bool):
+            raise TypeError(f"recompute must be True, False or None (planned), got {recompute!r}")
+        self.max_logits, self.dropout, self.recompute = max_logits, dropout, recompute
+        self._shape = LMShape.of(model, head)
         if value_map is not None:
             self.n_values = value_map.n_values
         elif n_values is not None:
@@ -197,13 +209,40 @@ class CausalLMEngine(Engine):
                              f"{total} positions but the model has {self.max_positions} (config.n_positions / "
                              "max_position_embeddings); use shorter sequences or a shorter prompt")
 
+    def memory_plan(self, batch_size: int, length: int, *, grad: bool = True,
+                    chunk_size: int | None = None) -> NeighbourPlan:
+        """How :meth:`local_conditionals` runs ``batch_size`` anchors of ``length`` tokens (``grad``: with autograd):
+        chunk sizes, recomputation and the estimated peak of the neighbour work (:mod:`.lm_memory`); ``str()`` of
+        the plan says it in words."""
+        k = self.n_candidates if self._folding is not None else self.n_values
+        budget = self.memory_budget or default_budget(self.prompt_ids.device)
+        return plan_neighbours(self._shape, rows=batch_size * k, prompt=self.prompt_ids.shape[1], length=length,
+                               grad=grad, budget=budget, chunk=chunk_size or self.chunk, recompute=self.recompute)
+
     def _restricted(self) -> bool:
         """Circuit values are the token ids ``0 .. n_values-1`` of a larger vocabulary (no value map)."""
         return self.value_map is None and self.n_values < self.vocab_size
 
     def log_joint(self, y: Tensor, example: Tensor) -> Tensor:
-        """Naive ``log p(y | prompt)``, ``(N,)``: one full forward pass over prompt + ``y`` with full-vocab logits."""
-        return self.step_log_probs(y, example).gather(-1, y.unsqueeze(-1)).squeeze(-1).sum(-1)
+        """Naive ``log p(y | prompt)``, ``(N,)``: one forward pass over prompt + ``y`` (the vocabulary's log-sum-exp in
+        chunks of ``max_logits``)."""
+        y = check_sample(y, self.vocab_size, "y")
+        example = self.check_example(example, y.shape[0])
+        self._check_length(y.shape[1])
+        prompt, mask = self._prompts(example)
+        ids, mask = torch.cat([prompt, y], 1), torch.cat([mask, torch.ones_like(y)], 1)
+        with exact_mode(self.model, self.dropout):
+            h = self.base(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).last_hidden_state
+        p = prompt.shape[1]
+        return _token_logp(h[:, p - 1:-1], self.head, y, self.max_logits).sum(-1)  # h at t scores token t + 1
+
+    def log_prob(self, sequences: Tensor, *, chunk_size: int | None = None) -> Tensor:
+        """As :meth:`Engine.log_prob`; by default in chunks of rows within ``memory_budget``."""
+        if chunk_size is None and isinstance(sequences, Tensor) and sequences.dim() == 3:
+            tokens = self.prompt_ids.shape[1] + sequences.shape[-1]
+            row = self._shape.cache_bytes(tokens) + self._shape.active_bytes(tokens, 0)
+            chunk_size = max(1, (self.memory_budget or default_budget(sequences.device)) // row)
+        return super().log_prob(sequences, chunk_size=chunk_size)
 
     def step_log_probs(self, y: Tensor, example: Tensor) -> Tensor:
         """``(N, n, V)`` next-token log-probabilities ``log p(. | x, y_<t)`` for ``t < n`` (``y (N, n)``, ``example (N,)``);
@@ -269,7 +308,6 @@ class CausalLMEngine(Engine):
         P = prompt.shape[1]
         ids, mask = torch.cat([prompt, sample], 1), torch.cat([pmask, torch.ones_like(sample)], 1)
         position_ids = _positions(mask)
-        chunk = chunk_size or self.chunk
         with exact_mode(self.model, self.dropout):
             out = self.base(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True)
             hid = out.last_hidden_state  # (B, P+n, H)
@@ -278,7 +316,11 @@ class CausalLMEngine(Engine):
             folded = None if self._folding is None else self._folding.candidates(sample, base, self.max_logits)
             cand = given if folded is None else folded.tokens  # (B, n, K)
             k = cand.shape[-1]
-            suffix = [self._suffix(i, sample, cand[:, i], kv, ids, mask, position_ids, chunk) for i in range(n - 1)]
+            budget = self.memory_budget or default_budget(sample.device)
+            plan = plan_neighbours(self._shape, rows=b * k, prompt=P, length=n, grad=torch.is_grad_enabled(),
+                                   budget=budget, chunk=chunk_size or self.chunk, recompute=self.recompute)
+            suffix = [self._suffix(i, sample, cand[:, i], kv, ids, mask, position_ids, plan.chunks[i], plan.recompute)
+                      for i in range(n - 1)]
             suffix.append(base.new_zeros(b, k))
         scores = base.gather(-1, cand) + torch.stack(suffix, 1)  # (B, n, K)
         if folded is None:
@@ -290,7 +332,7 @@ class CausalLMEngine(Engine):
         return torch.where(pos[..., None], result, torch.full_like(result, fill))
 
     def _suffix(self, i: int, y: Tensor, cand: Tensor, kv: list[tuple[Tensor, Tensor]], ids: Tensor,
-                mask: Tensor, pos: Tensor, chunk: int | None) -> Tensor:
+                mask: Tensor, pos: Tensor, step: int, recompute: bool) -> Tensor:
         """``sum_{j > i} log p(y_j | x, y_<i, c, ..)`` for candidates ``cand (B, K)`` at sample position ``i``: ``(B, K)``."""
         from transformers import DynamicCache
 
@@ -301,7 +343,6 @@ class CausalLMEngine(Engine):
         inp = torch.cat([cand[..., None], y[:, None, i + 1:n - 1].expand(b, k, n - 2 - i)], -1).reshape(b * k, -1)
         tgt = y[:, None, i + 1:].expand(b, k, n - 1 - i).reshape(b * k, -1)
         row_b = torch.arange(b, device=y.device).repeat_interleave(k)  # example of each neighbour row
-        step = chunk or b * k
         out = []
         for a in range(0, b * k, step):
             rb = row_b[a:a + step]
@@ -312,7 +353,7 @@ class CausalLMEngine(Engine):
                               use_cache=True, **_cache_kwarg(self.base, cache)).last_hidden_state
                 return _token_logp(h, self.head, tgt_c, self.max_logits).sum(-1)
 
-            if self.recompute and torch.is_grad_enabled():
+            if recompute:
                 out.append(checkpoint(run, inp[a:a + step], tgt[a:a + step], use_reentrant=False))
             else:
                 out.append(run(inp[a:a + step], tgt[a:a + step]))

@@ -78,7 +78,9 @@ class DetoxConfig(RunConfig):
     psl_weight: float = spec(0.1, min=0.0, help="weight of the pseudo-semantic loss (paper grid 0.001 .. 8)")
     psl_window: int = spec(10, min=2, help="tokens per constrained window (the circuit's length)")
     psl_top_k: int = spec(10, min=0, help="non-forbidden candidate tokens evaluated exactly per position (paper: "
-                                          "top-10 'good' tokens); every forbidden-word token is always evaluated")
+                                          "top-10 'good' tokens)")
+    psl_top_k_distinguished: int | None = spec(None, min=0, help="forbidden-word tokens evaluated exactly per position, "
+                                           "the most likely ones (paper: top-470 'toxic' tokens); default: every one")
     psl_source: str = spec("toxic", choices=("toxic", "samples"),
                            help="PSL anchors: windows of the toxic half (as the paper) or model samples (the method)")
     psl_examples: int | None = spec(4, min=1, help="PSL on the first m examples of each batch (default: all)")

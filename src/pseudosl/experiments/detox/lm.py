@@ -32,10 +32,8 @@ import pseudosl
 from ..pretrained import load_causal_lm as load_lm
 
 __all__ = ["load_lm", "bos_id", "sample_continuations", "text_perplexity", "context_length", "ConstrainedDecoding",
-           "cut_at_eos", "continuation_perplexity", "RESAMPLE_CHUNK", "RESAMPLE_ROWS"]
+           "cut_at_eos", "continuation_perplexity", "RESAMPLE_ROWS"]
 
-RESAMPLE_CHUNK = 4096
-"""Neighbour rows per model call when resampling (the engine's memory bound; it does not change the result)."""
 RESAMPLE_ROWS = 256
 """Continuations resampled together (the base pass holds ``rows x new_tokens x vocabulary`` log-probabilities)."""
 
@@ -48,13 +46,15 @@ class ConstrainedDecoding:
     ``resample = None``: generation with :class:`pseudosl.ConstraintLogitsProcessor` (every token that would leave
     no satisfying completion is masked before nucleus sampling).  ``resample = K``: the continuations are sampled
     as without a constraint, then each is the anchor of :func:`pseudosl.constrained_sample` with ``K`` candidates
-    (engine :class:`pseudosl.CausalLMEngine` bound to its prompt, ``top_k`` other tokens evaluated exactly); a
+    (engine :class:`pseudosl.CausalLMEngine` bound to its prompt, ``top_k`` other tokens and ``top_k_distinguished``
+    forbidden-word tokens evaluated exactly, None: all of them); a
     continuation that already satisfies the constraint is kept as it is.
     """
 
     constraint: Any  # pseudosl.Constraint
     resample: int | None = None
     top_k: int = 10
+    top_k_distinguished: int | None = None
 
 
 def cut_at_eos(ids: Tensor, eos: int) -> Tensor:
@@ -143,9 +143,9 @@ def _resample(model: nn.Module, enc: dict[str, Tensor], reps: int, anchors: Tens
     for a in range(0, anchors.shape[0], RESAMPLE_ROWS):
         rows = slice(a, a + RESAMPLE_ROWS)
         engine = pseudosl.CausalLMEngine(model, prompts[rows], masks[rows], value_map=decoding.constraint.value_map,
-                                         top_k=decoding.top_k)
+                                         top_k=decoding.top_k, top_k_distinguished=decoding.top_k_distinguished)
         out.append(pseudosl.constrained_sample(engine, decoding.constraint, anchors[rows],
-                                               num_candidates=decoding.resample, chunk_size=RESAMPLE_CHUNK))
+                                               num_candidates=decoding.resample))
     return torch.cat(out)
 
 

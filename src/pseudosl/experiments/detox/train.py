@@ -136,7 +136,8 @@ class Objective(TrainingObjective):
             return lm, parts
         m = self.cfg.psl_examples or ids.shape[0]
         bos = ids[:m, :1]  # (m, 1): the window is scored as a continuation of BOS
-        engine = pseudosl.CausalLMEngine(self.model, bos, value_map=self.ctx.constraint.value_map, top_k=self.cfg.psl_top_k)
+        engine = pseudosl.CausalLMEngine(self.model, bos, value_map=self.ctx.constraint.value_map, top_k=self.cfg.psl_top_k,
+                                         top_k_distinguished=self.cfg.psl_top_k_distinguished)
         if self.cfg.psl_source == "toxic":
             anchors = windows[:m]  # (m, psl_window) windows of the toxic half, around a forbidden word if any
         else:
@@ -179,7 +180,8 @@ def _decoding(decoder: str | None, ban: bool, cfg: DetoxConfig, ctx: Context) ->
         return ({"decoding": ConstrainedDecoding(constraint)},
                 pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=1))
     if decoder == "resample":  # no next-token distribution: no perplexity
-        return {"decoding": ConstrainedDecoding(constraint, resample=cfg.resample_candidates, top_k=cfg.psl_top_k)}, None
+        return {"decoding": ConstrainedDecoding(constraint, resample=cfg.resample_candidates, top_k=cfg.psl_top_k,
+                                                top_k_distinguished=cfg.psl_top_k_distinguished)}, None
     raise ValueError(f"decoder = {decoder!r}: expected one of {', '.join(DECODERS)}")
 
 
