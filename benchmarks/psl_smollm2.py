@@ -6,25 +6,30 @@ cross-entropy step on the same tokens.
                                      [--settings 0:all 10:32 10:8 ...] [--budget BYTES] [--threads 2]
 
 The constraint is ``pseudosl.no_forbidden_words(words, tokenizer).window(n)`` (the first 8 entries the detox presets
-use, or the whole default list); the anchors are the first ``--window`` tokens of ``--batch`` sentences that hold
-listed words (``ANCHORS``; the detox PSL's anchors are windows around listed words too), after BOS.  A step is ``pseudo_semantic_loss`` + backward with the engine at its defaults (``memory_budget``
-unless ``--budget``: the plan is printed per setting), ``CausalLMEngine(top_k=k, top_k_distinguished=k_D)`` for each
-``--settings`` entry ``k:k_D`` (``all``: every distinguished token, i.e. ``None``).  The first setting is the
+use, or the whole default list); the anchors are the first ``--window`` tokens of ``--batch`` sentences that start with
+a listed word (``ANCHORS``; the detox PSL's anchors are windows around listed words too), after BOS.  A step is ``pseudo_semantic_loss`` + backward with the engine at its defaults (``memory_budget``
+unless ``--budget``: the plan is printed per setting), ``CausalLMEngine(top_k=k, top_k_distinguished=k_D,
+max_class_size=m)`` for each ``--settings`` entry ``k:k_D`` or ``k:k_D:m`` (``k_D = all``: every distinguished token,
+i.e. ``None``; ``m`` default 1; ``m = all``: every class is small, so the ``k_D`` most likely tokens of the whole
+vocabulary are scored and every class's rest is estimated through one shared token: ``k_D + 2`` rows).  The first setting is the
 reference of the error columns: the relative error of the loss and the cosine / relative error of the gradient
 (all parameters) against it.  The exact PSL over SmolLM2's 49,152 tokens is out of reach on a CPU (every token a
 neighbour), so the reference is itself the construction with the most tokens scored (the catch-all's rest
 estimated); its exactness where every token is scored is tested (tests/test_causal_lm_top_k.py).
 
-Memory is the peak of the step's torch allocations on the CPU (the running sum of the allocations and frees the
-torch profiler records, ``profile_memory=True``; the loaded model not counted, its gradients counted), as
-``benchmarks/psl_top_k.py`` measures it; the process's resident peak above its level before the steps is printed
-beside it (RSS sampled every 20 ms; it under-counts memory the allocator already holds from earlier steps).  Time: one step (they are long)
+Memory is the peak resident memory of the process during the step above its level just before it (RSS sampled
+every 10 ms by a thread, after ``malloc_trim`` has handed the memory freed by earlier steps back to the system, so
+the loaded model is not counted and everything the step allocates is, its parameter gradients included).  (The
+torch profiler's allocation records, which ``benchmarks/psl_top_k.py`` uses, slow a step of this size ~5x.)  Time: one step (they are long)
 after a warm-up of the cross-entropy step; the machine is shared: compare ratios within one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
+import gc
 import platform
 import threading
 import time
@@ -35,23 +40,26 @@ import torch
 import pseudosl
 from pseudosl.experiments.detox.words import load_words
 from pseudosl.experiments.pretrained import load_causal_lm
-from psl_top_k import peak_bytes  # this folder's
 
+LIBC = ctypes.CDLL(ctypes.util.find_library("c")) if ctypes.util.find_library("c") else None
 EIGHT = ["fuck", "fucking", "shit", "bullshit", "bitch", "asshole", "pussy", "cunt"]
-ANCHORS = [" you are such a stupid bitch and I hate you so much, go away now",
-           " what the fuck is wrong with you people, seriously, every single day",
-           " this is bullshit and everyone knows it, so stop lying to all of us",
-           " shut up, you lazy asshole, nobody here wants to hear it ever again",
-           " oh shit, I forgot the keys again and the door is locked behind me",
-           " he called her a cunt in front of the whole class and walked out of it",
+ANCHORS = [" bitch, you are such a stupid liar and I hate you so much, go away now",
+           " fuck this, what is wrong with you people, seriously, every single day",
+           " bullshit, and everyone knows it, so stop lying to all of us right now",
+           " asshole, shut up, nobody here wants to hear it ever again from you",
+           " shit, I forgot the keys again and the door is locked behind me now",
+           " cunt, he called her in front of the whole class and walked out of it",
            " fucking hell, the train is late again and I will miss the meeting",
-           " don't be a pussy, just jump into the lake with the rest of us now"]
+           " pussy, don't be one, just jump into the lake with the rest of us now"]
 
 
 class PeakRSS:
     """Peak resident memory above the level at entry, sampled by a thread."""
 
     def __enter__(self) -> "PeakRSS":
+        gc.collect()
+        if LIBC is not None:
+            LIBC.malloc_trim(0)
         self.proc, self.base, self.peak, self.stop = psutil.Process(), psutil.Process().memory_info().rss, 0, False
         self.thread = threading.Thread(target=self._poll, daemon=True)
         self.thread.start()
@@ -60,7 +68,7 @@ class PeakRSS:
     def _poll(self) -> None:
         while not self.stop:
             self.peak = max(self.peak, self.proc.memory_info().rss - self.base)
-            time.sleep(0.02)
+            time.sleep(0.01)
 
     def __exit__(self, *exc) -> None:
         self.stop = True
@@ -98,34 +106,35 @@ def main() -> None:
           f"torch {torch.__version__}, {args.threads} thread(s)")
 
     def ce_step() -> None:
-        model.zero_grad(set_to_none=True)
         ids = torch.cat([bos.expand(args.batch, 1), anchors], 1)
         model(input_ids=ids, labels=ids).loss.backward()
 
     ce_step()
-    t0 = time.perf_counter()
-    ce_step()
-    t_ce = time.perf_counter() - t0
-    m_ce = peak_bytes(ce_step, torch.device("cpu"))
-    print(f"cross-entropy step: {t_ce:.2f} s, peak {m_ce / 2**30:.2f} GiB of allocations\n")
+    model.zero_grad(set_to_none=True)
+    with PeakRSS() as mem:
+        t0 = time.perf_counter()
+        ce_step()
+        t_ce = time.perf_counter() - t0
+    m_ce = mem.peak
+    print(f"cross-entropy step: {t_ce:.2f} s, peak {m_ce / 2**30:.2f} GiB above the loaded model\n")
     rows, ref = [], None
     for setting in args.settings:
-        top_k, kd = (int(v) if v != "all" else None for v in setting.split(":"))
+        top_k, kd, mcs = ([int(v) if v != "all" else None for v in setting.split(":")] + [1])[:3]
         engine = pseudosl.CausalLMEngine(model, bos, value_map=vm, top_k=top_k, top_k_distinguished=kd,
-                                         memory_budget=args.budget)
+                                         max_class_size=mcs or vocab, memory_budget=args.budget)
         plan = engine.memory_plan(args.batch, args.window)
         box = {}
 
         def psl_step() -> None:
-            model.zero_grad(set_to_none=True)
             t0 = time.perf_counter()
             loss = pseudosl.pseudo_semantic_loss(engine, constraint, anchors)
             loss.backward()
             box.update(loss=loss.detach(), t=time.perf_counter() - t0)
 
+        model.zero_grad(set_to_none=True)
         with PeakRSS() as rss:
-            m = peak_bytes(psl_step, torch.device("cpu"))
-        loss, t = box["loss"], box["t"]
+            psl_step()
+        loss, t, m = box["loss"], box["t"], rss.peak
         grad = torch.cat([p.grad.flatten() for p in params]).double()
         if ref is None:
             ref = loss.detach(), grad
@@ -133,11 +142,11 @@ def main() -> None:
         cos = float(torch.nn.functional.cosine_similarity(grad, ref[1], dim=0))
         rel_g = float((grad - ref[1]).norm() / ref[1].norm().clamp(min=1e-30))
         print(f"  top_k {top_k}, top_k_distinguished {setting.split(':')[1]}: {plan}")
-        rows.append((top_k, setting.split(":")[1], engine.n_candidates, float(loss), rel, cos, rel_g, t, m,
-                     rss.peak, plan.recompute))
+        rows.append((top_k, ":".join(setting.split(":")[1:]), engine.n_candidates, float(loss), rel, cos, rel_g, t, m,
+                     plan.peak, plan.recompute))
         del grad
-    print("\n| top_k | top_k_distinguished | rows / position | recompute | PSL | rel. error PSL | grad cosine "
-          "| rel. error grad | s / step | × CE | peak GiB | × CE | RSS peak GiB |")
+    print("\n| top_k | top_k_distinguished[:max_class_size] | rows / position | recompute | PSL | rel. error PSL | grad cosine "
+          "| rel. error grad | s / step | × CE | peak GiB | × CE | planned GiB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for top_k, kd, rpp, loss, rel, cos, rel_g, t, m, r, rec in rows:
         print(f"| {top_k} | {kd} | {rpp} | {'yes' if rec else 'no'} | {loss:.4f} | {rel:.2e} | {cos:.4f} | "
