@@ -117,7 +117,10 @@ def main() -> None:
         t_ce = time.perf_counter() - t0
     m_ce = mem.peak
     print(f"cross-entropy step: {t_ce:.2f} s, peak {m_ce / 2**30:.2f} GiB above the loaded model\n")
-    rows, ref = [], None
+    print("| top_k | top_k_distinguished[:max_class_size] | rows / position | recompute | PSL | rel. error PSL | grad cosine "
+          "| rel. error grad | s / step | × CE | peak GiB | × CE | planned GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    ref = None
     for setting in args.settings:
         top_k, kd, mcs = ([int(v) if v != "all" else None for v in setting.split(":")] + [1])[:3]
         engine = pseudosl.CausalLMEngine(model, bos, value_map=vm, top_k=top_k, top_k_distinguished=kd,
@@ -135,22 +138,19 @@ def main() -> None:
         with PeakRSS() as rss:
             psl_step()
         loss, t, m = box["loss"], box["t"], rss.peak
-        grad = torch.cat([p.grad.flatten() for p in params]).double()
+        grad = torch.cat([p.grad.flatten() for p in params])
         if ref is None:
             ref = loss.detach(), grad
         rel = float((loss - ref[0]).abs() / ref[0].abs().clamp(min=1e-30))
-        cos = float(torch.nn.functional.cosine_similarity(grad, ref[1], dim=0))
-        rel_g = float((grad - ref[1]).norm() / ref[1].norm().clamp(min=1e-30))
+        dot, gg, rr = (sum(float(a[i:i + (1 << 22)].double() @ b[i:i + (1 << 22)].double())
+                           for i in range(0, grad.numel(), 1 << 22)) for a, b in ((grad, ref[1]), (grad, grad),
+                                                                                 (ref[1], ref[1])))
+        cos, rel_g = dot / max(gg * rr, 1e-300) ** 0.5, max(gg - 2 * dot + rr, 0.0) ** 0.5 / max(rr, 1e-300) ** 0.5
         print(f"  top_k {top_k}, top_k_distinguished {setting.split(':')[1]}: {plan}")
-        rows.append((top_k, ":".join(setting.split(":")[1:]), engine.n_candidates, float(loss), rel, cos, rel_g, t, m,
-                     plan.peak, plan.recompute))
+        print(f"| {top_k} | {':'.join(setting.split(':')[1:])} | {engine.n_candidates} | "
+              f"{'yes' if plan.recompute else 'no'} | {float(loss):.4f} | {rel:.2e} | {cos:.4f} | {rel_g:.2e} | {t:.1f} | "
+              f"{t / t_ce:.0f} | {m / 2**30:.2f} | {m / max(m_ce, 1):.0f} | {plan.peak / 2**30:.2f} |", flush=True)
         del grad
-    print("\n| top_k | top_k_distinguished[:max_class_size] | rows / position | recompute | PSL | rel. error PSL | grad cosine "
-          "| rel. error grad | s / step | × CE | peak GiB | × CE | planned GiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for top_k, kd, rpp, loss, rel, cos, rel_g, t, m, r, rec in rows:
-        print(f"| {top_k} | {kd} | {rpp} | {'yes' if rec else 'no'} | {loss:.4f} | {rel:.2e} | {cos:.4f} | "
-              f"{rel_g:.2e} | {t:.1f} | {t / t_ce:.0f} | {m / 2**30:.2f} | {m / max(m_ce, 1):.0f} | {r / 2**30:.2f} |")
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ class CausalLMEngine(Engine):
             evaluated exactly per position, the rest of each small class estimated (the paper's "top-470 toxic
             words"); at most ``D - 1`` for ``D`` distinguished tokens; ``None`` (default): all ``D`` exact.
         memory_budget: bytes the neighbour work may take at once (default: a quarter of the memory free on the
-            device, at most 2 GiB on a CPU); the engine picks its chunks and recomputation within it
+            device, at most 1 GiB on a CPU); the engine picks its chunks and recomputation within it
             (:mod:`.lm_memory`; :meth:`memory_plan` says what it chose).  Larger: fewer model calls and no
             recomputation when everything fits; smaller: less memory, more calls.
         max_neighbours_per_chunk: neighbour sequences per forward call; default: planned within ``memory_budget``.

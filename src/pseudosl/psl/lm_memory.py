@@ -5,19 +5,21 @@ At sample position ``i`` of ``n`` the engine runs ``R = B x K`` neighbour rows (
 suffix of ``s = n - 1 - i`` tokens on a copy of the key/value cache of the ``c = P + i`` tokens before it.  One
 row of one position costs about
 
-    cache  = itemsize x L x 2 x kv x (c + s)                       (the copied and extended key/value cache)
-    active = itemsize x s x L x (6 H + 2 kv + 5 I + h (c + s))     (what a layer keeps for backward per token:
-                                                                    norms, q/k/v, attention weights, the MLP)
+    cache  = itemsize x L x 2 x kv x (c + s)                        (the copied and extended key/value cache)
+    active = itemsize x L x (s (6 H + 2 kv + 5 I) + 2 h (c + s) d + 2 h s (c + s))
 
-for ``L`` layers of width ``H``, MLP width ``I``, ``h`` heads and key/value width ``kv`` (read from the model's
-config).  Without autograd a chunk needs ``cache + active`` per row while it runs (nothing is kept).  With autograd
+(what each layer keeps for backward: per new token the norms, q/k/v and the MLP; the keys and values repeated to
+every head, ``d`` wide, over the whole context; the attention weights) for ``L`` layers of width ``H``, MLP width
+``I``, ``h`` heads of width ``d`` and key/value width ``kv`` (read from the model's config).  Without autograd a chunk needs ``cache + active`` per row while it runs (nothing is kept).  With autograd
 and without recomputation every row's ``active`` is kept until backward; with recomputation (activation
 checkpointing per chunk) only the chunk being recomputed is.
 
 The plan (:func:`plan_neighbours`): recompute when keeping every row's activations would exceed the budget;
 chunks of at most ``budget / (cache + active)`` rows per position.  The default budget is a quarter of the memory
-free on the device, at most 2 GiB on a CPU (so a step of a 135M-parameter model stays within a few GiB of the
-loaded model, whatever the word list); ``memory_budget=`` on the engine trades memory for time: a larger budget
+free on the device, at most 1 GiB on a CPU: measured on SmolLM2-135M (docs/benchmarks.md, "The PSL on SmolLM2"), a
+step's resident peak above the loaded model is up to about twice the planned bytes plus the parameters' gradients
+(the CPU allocator keeps freed blocks; backward holds a layer's activation gradients besides the plan): 3.3 GiB at
+batch 4, window 10 for a 1 GiB plan; ``memory_budget=`` on the engine trades memory for time: a larger budget
 means fewer, larger model calls and, when everything fits, no recomputation (about one forward pass less).
 """
 
@@ -32,7 +34,7 @@ from ..memory import free_bytes
 
 __all__ = ["LMShape", "NeighbourPlan", "plan_neighbours", "default_budget"]
 
-CPU_BUDGET_CAP = 2 << 30
+CPU_BUDGET_CAP = 1 << 30
 """The largest default budget on a CPU (bytes)."""
 
 
@@ -46,6 +48,7 @@ class LMShape:
     heads: int
     kv: int  # key (or value) width per token and layer
     itemsize: int
+    head_dim: int = 0  # default: hidden // heads
 
     @staticmethod
     def of(model: nn.Module, head: nn.Linear) -> LMShape:
@@ -61,7 +64,7 @@ class LMShape:
         kv_heads = int(_field(config, "num_key_value_heads") or heads)
         head_dim = int(_field(config, "head_dim") or hidden // heads)
         mlp = int(_field(config, "intermediate_size", "n_inner") or 4 * hidden)
-        return LMShape(int(layers), hidden, mlp, heads, kv_heads * head_dim, head.weight.element_size())
+        return LMShape(int(layers), hidden, mlp, heads, kv_heads * head_dim, head.weight.element_size(), head_dim)
 
     def cache_bytes(self, tokens: int) -> int:
         """Key/value cache of one row of ``tokens`` tokens."""
@@ -69,8 +72,11 @@ class LMShape:
 
     def active_bytes(self, suffix: int, context: int) -> int:
         """What one row of ``suffix`` new tokens after ``context`` cached ones keeps for backward."""
-        per_token = 6 * self.hidden + 2 * self.kv + 5 * self.mlp + self.heads * (context + suffix)
-        return self.itemsize * suffix * self.layers * per_token
+        d = self.head_dim or self.hidden // self.heads
+        total = context + suffix
+        per_layer = (suffix * (6 * self.hidden + 2 * self.kv + 5 * self.mlp) + 2 * self.heads * total * d
+                     + 2 * self.heads * suffix * total)
+        return self.itemsize * self.layers * per_layer
 
 
 @dataclass(frozen=True)
