@@ -103,3 +103,23 @@ def test_a_smaller_budget_lowers_the_peak(gpt2):
 def test_bad_knobs_are_refused_by_name(gpt2, kw, match):
     with pytest.raises((TypeError, ValueError), match=match):
         CausalLMEngine(gpt2, PROMPT, **kw)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_planned_step_on_cuda_matches_the_cpu(gpt2):
+    """On a GPU the default budget reads the device's free memory; chunks of one row with recomputation give the
+    CPU's values and gradients (float64)."""
+    ref, ref_grads, _ = _conditionals_and_grads(gpt2, max_neighbours_per_chunk=10_000, recompute=False)
+    model = gpt2.to("cuda")
+    try:
+        engine = CausalLMEngine(model, PROMPT.cuda(), value_map=ValueMap([0, 1, 2, 3], V), top_k=3, memory_budget=1)
+        assert engine.memory_plan(2, Y.shape[1]).recompute
+        model.zero_grad(set_to_none=True)
+        out = engine.local_conditionals(Y.cuda())
+        (out.exp() * torch.linspace(-1, 1, out.numel(), device="cuda").view_as(out)).sum().backward()
+        torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=1e-10)
+        for p, r in zip(model.parameters(), ref_grads):
+            torch.testing.assert_close(p.grad.cpu(), r, rtol=0, atol=1e-10)
+        assert CausalLMEngine(model, PROMPT.cuda()).memory_plan(2, Y.shape[1]).budget > 0
+    finally:
+        gpt2.to("cpu")
