@@ -99,7 +99,8 @@ def test_a_smaller_budget_lowers_the_peak(gpt2):
 
 @pytest.mark.parametrize("kw, match", [
     (dict(memory_budget=0), "memory_budget"), (dict(memory_budget=1.5), "memory_budget"),
-    (dict(max_neighbours_per_chunk=0), "max_neighbours_per_chunk"), (dict(recompute="yes"), "recompute")])
+    (dict(max_neighbours_per_chunk=0), "max_neighbours_per_chunk"), (dict(recompute="yes"), "recompute"),
+    (dict(top_k=5), "top_k=5 applies with a value_map")])
 def test_bad_knobs_are_refused_by_name(gpt2, kw, match):
     with pytest.raises((TypeError, ValueError), match=match):
         CausalLMEngine(gpt2, PROMPT, **kw)

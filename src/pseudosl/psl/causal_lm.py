@@ -167,6 +167,9 @@ class CausalLMEngine(Engine):
             raise ValueError(f"value_map.vocab_size={value_map.vocab_size} differs from the model's {self.vocab_size}")
         if value_map is not None and n_values is not None:
             raise ValueError("pass value_map (folded tokens) or n_values (tokens 0..n_values-1), not both")
+        if value_map is None and top_k != 0:
+            raise ValueError(f"top_k={top_k!r} applies with a value_map (the most likely tokens of its large classes); "
+                             "without one every token is scored exactly: leave top_k=0")
         if value_map is None and top_k_distinguished is not None:
             raise ValueError(f"top_k_distinguished={top_k_distinguished!r} applies with a value_map (the distinguished "
                              "tokens are its small classes); without one every token is scored exactly")
