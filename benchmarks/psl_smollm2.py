@@ -41,6 +41,7 @@ import pseudosl
 from pseudosl.experiments.detox.words import load_words
 from pseudosl.experiments.pretrained import load_causal_lm
 
+REPORT_EVERY = 0.0  # --report-every
 LIBC = ctypes.CDLL(ctypes.util.find_library("c")) if ctypes.util.find_library("c") else None
 EIGHT = ["fuck", "fucking", "shit", "bullshit", "bitch", "asshole", "pussy", "cunt"]
 ANCHORS = [" bitch, you are such a stupid liar and I hate you so much, go away now",
@@ -66,8 +67,12 @@ class PeakRSS:
         return self
 
     def _poll(self) -> None:
+        start = last = time.perf_counter()
         while not self.stop:
             self.peak = max(self.peak, self.proc.memory_info().rss - self.base)
+            if REPORT_EVERY and time.perf_counter() - last > REPORT_EVERY:  # long steps: the peak so far
+                last = time.perf_counter()
+                print(f"    ... {last - start:.0f} s into the step, peak so far {self.peak / 2**30:.2f} GiB", flush=True)
             time.sleep(0.01)
 
     def __exit__(self, *exc) -> None:
@@ -84,7 +89,10 @@ def main() -> None:
     ap.add_argument("--settings", nargs="+", default=["10:all", "10:32", "10:8", "0:8"])
     ap.add_argument("--budget", type=int, default=None, help="memory_budget in bytes (default: the engine's)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--report-every", type=float, default=0.0, help="print the peak so far every S seconds of a step")
     args = ap.parse_args()
+    global REPORT_EVERY
+    REPORT_EVERY = args.report_every
     torch.set_num_threads(args.threads)
     model, tok = load_causal_lm("smollm2")
     vocab = model.get_output_embeddings().weight.shape[0]

@@ -138,16 +138,19 @@ class FoldedNeighbours:
         # the large classes: the top tokens of each, then r_j and the rest of each
         taken = is_sample | distinguished
         tops, top_ok, reps = [sample.new_zeros(b, n, 0, k)], [taken.new_zeros(b, n, 0, k)], [sample.new_zeros(b, n, 0)]
+        scored_top = taken.new_zeros(b, n, V + 1)  # the top tokens scored exactly (column V: a sink for the others)
         group = max(1, max_logits // max(1, b * n * V))
-        for a in range(0, len(large), group):
+        for a in range(0, len(large), group):  # detached: nothing (B, n, G, V) is kept for backward
             outside = taken[..., None, :] | (lookup != large[a:a + group, None])  # (B, n, G, V): not in class j \ y_i
             top = pre[..., None, :].masked_fill(outside, float("-inf")).topk(k + 1, -1)  # (B, n, G, k+1)
             scored = torch.arange(k + 1, device=sample.device) < n_top[a:a + group, None]  # (G, k+1)
-            outside |= torch.zeros_like(outside).scatter_(-1, top.indices, scored.expand_as(top.indices))
+            scored_top.scatter_(-1, torch.where(scored, top.indices, V).flatten(2), True)
             tops.append(top.indices[..., :-1])
             top_ok.append(torch.isfinite(top.values[..., :-1]))
             reps.append(top.indices.gather(-1, n_top[a:a + group, None].expand(b, n, -1, 1)).squeeze(-1))
-            rests.append(base[..., None, :].masked_fill(outside, float("-inf")).logsumexp(-1))  # exact mass of R_j
+        if len(large):  # the exact mass of each rest R_j = j \ (y_i and its top tokens), one fold over the vocabulary
+            unscored = base.masked_fill(is_sample | scored_top[..., :V], float("-inf"))
+            rests.append(fold_classes(unscored, lookup, self.value_map.n_values)[..., large])
         tokens.append(torch.cat(tops, 2).flatten(2)[..., top_slots])
         valid.append(torch.cat(top_ok, 2).flatten(2)[..., top_slots])
         tokens.append(torch.cat(reps, -1))
