@@ -21,7 +21,7 @@ import torch
 from .logic.errors import check_int
 
 __all__ = ["MAX_ELEMENTS", "Chunks", "chunks", "chunk_limit", "check_chunk_bytes", "check_fits", "free_bytes",
-           "PassPlanner", "result_dtype", "itemsize"]
+           "PassPlanner", "result_dtype", "itemsize", "release_freed_cpu_memory"]
 
 MAX_ELEMENTS = 2**63 - 1
 """The most values one tensor can hold (torch sizes are int64)."""
@@ -167,3 +167,31 @@ def _address_space_left() -> int:
         return max(0, limit - used)
     except (ImportError, OSError, ValueError, IndexError):
         return 1 << 62
+
+
+_LIBC: object = None
+
+
+def release_freed_cpu_memory() -> bool:
+    """Hand the CPU memory that freed tensors left in the C allocator's heap back to the system (glibc's
+    ``malloc_trim(0)``); ``False`` where there is no glibc (a no-op).
+
+    Work that allocates and frees blocks of varying sizes many times (the causal-LM engine's neighbour chunks) makes
+    glibc keep the freed blocks: the process's resident memory grows well past what is live (measured on
+    SmolLM2: 5 GiB and growing, against 0.3 GiB with large blocks returned at once).  Trimming between such pieces
+    of work keeps it at what is live; it only releases memory that nothing uses.
+    """
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+            import ctypes.util
+            name = ctypes.util.find_library("c")
+            libc = ctypes.CDLL(name) if name else None
+            _LIBC = libc if libc is not None and hasattr(libc, "malloc_trim") else False
+        except OSError:
+            _LIBC = False
+    if _LIBC is False:
+        return False
+    _LIBC.malloc_trim(0)  # type: ignore[attr-defined]
+    return True

@@ -47,6 +47,7 @@ from torch.utils.checkpoint import checkpoint
 from .. import checks
 from ..checks import check_candidates, check_positions, check_sample
 from ..logic.errors import check_int
+from ..memory import release_freed_cpu_memory
 from .constraint import ValueMap
 from .engine import Engine, exact_mode
 from .folded_neighbours import FoldedNeighbours
@@ -351,6 +352,8 @@ class CausalLMEngine(Engine):
             rb = row_b[a:a + step]
 
             def run(inp_c: Tensor, tgt_c: Tensor, rb: Tensor = rb) -> Tensor:
+                if inp_c.device.type == "cpu":  # the previous chunk's freed blocks back to the system (forward and
+                    release_freed_cpu_memory()  # the recomputation in backward), or resident memory keeps growing
                 cache = DynamicCache([(key[rb, :, :cut], val[rb, :, :cut]) for key, val in kv])
                 h = self.base(input_ids=inp_c, attention_mask=mask[rb, :P + n - 1], position_ids=pos[rb, cut:P + n - 1],
                               use_cache=True, **_cache_kwarg(self.base, cache)).last_hidden_state
