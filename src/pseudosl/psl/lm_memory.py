@@ -17,9 +17,8 @@ checkpointing per chunk) only the chunk being recomputed is.
 The plan (:func:`plan_neighbours`): recompute when keeping every row's activations would exceed the budget;
 chunks of at most ``budget / (cache + active)`` rows per position.  The default budget is a quarter of the memory
 free on the device, at most 1 GiB on a CPU: measured on SmolLM2-135M (docs/benchmarks.md, "The PSL on SmolLM2"), a
-step's resident peak above the loaded model is up to about twice the planned bytes plus the parameters' gradients
-(the CPU allocator keeps freed blocks; backward holds a layer's activation gradients besides the plan): 3.3 GiB at
-batch 4, window 10 for a 1 GiB plan; ``memory_budget=`` on the engine trades memory for time: a larger budget
+step's resident peak above the loaded model is the plan plus the parameters' gradients and the base run: 2.24 GiB
+at batch 4, window 10 for a 1 GiB plan; ``memory_budget=`` on the engine trades memory for time: a larger budget
 means fewer, larger model calls and, when everything fits, no recomputation (about one forward pass less).
 """
 
