@@ -27,8 +27,6 @@ after a warm-up of the cross-entropy step; the machine is shared: compare ratios
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import gc
 import platform
 import threading
@@ -40,9 +38,9 @@ import torch
 import pseudosl
 from pseudosl.experiments.detox.words import load_words
 from pseudosl.experiments.pretrained import load_causal_lm
+from pseudosl.memory import release_freed_cpu_memory
 
 REPORT_EVERY = 0.0  # --report-every
-LIBC = ctypes.CDLL(ctypes.util.find_library("c")) if ctypes.util.find_library("c") else None
 EIGHT = ["fuck", "fucking", "shit", "bullshit", "bitch", "asshole", "pussy", "cunt"]
 ANCHORS = [" bitch, you are such a stupid liar and I hate you so much, go away now",
            " fuck this, what is wrong with you people, seriously, every single day",
@@ -59,8 +57,7 @@ class PeakRSS:
 
     def __enter__(self) -> "PeakRSS":
         gc.collect()
-        if LIBC is not None:
-            LIBC.malloc_trim(0)
+        release_freed_cpu_memory()
         self.proc, self.base, self.peak, self.stop = psutil.Process(), psutil.Process().memory_info().rss, 0, False
         self.thread = threading.Thread(target=self._poll, daemon=True)
         self.thread.start()

@@ -213,23 +213,27 @@ class CausalLMEngine(Engine):
                              f"{total} positions but the model has {self.max_positions} (config.n_positions / "
                              "max_position_embeddings); use shorter sequences or a shorter prompt")
 
-    def memory_plan(self, batch_size: int, length: int, *, grad: bool = True,
-                    chunk_size: int | None = None) -> NeighbourPlan:
-        """How :meth:`local_conditionals` runs ``batch_size`` anchors of ``length`` tokens (``grad``: with autograd):
-        chunk sizes, recomputation and the estimated peak of the neighbour work (:mod:`.lm_memory`); ``str()`` of
-        the plan says it in words."""
-        k = self.n_candidates if self._folding is not None else self.n_values
-        budget = self.memory_budget or default_budget(self.prompt_ids.device)
+    def memory_plan(self, batch_size: int, length: int, *, grad: bool = True, chunk_size: int | None = None,
+                    candidates: int | None = None) -> NeighbourPlan:
+        """How :meth:`local_conditionals` runs ``batch_size`` anchors of ``length`` tokens (``grad``: with autograd;
+        ``candidates``: values per position, default every one): chunk sizes, recomputation and the estimated peak
+        of the neighbour work (:mod:`.lm_memory`); ``str()`` of the plan says it in words."""
+        k = candidates or (self.n_candidates if self._folding is not None else self.n_values)
         return plan_neighbours(self._shape, rows=batch_size * k, prompt=self.prompt_ids.shape[1], length=length,
-                               grad=grad, budget=budget, chunk=chunk_size or self.chunk, recompute=self.recompute)
+                               grad=grad, budget=self._budget(), chunk=chunk_size or self.chunk,
+                               recompute=self.recompute)
+
+    def _budget(self) -> int:
+        """``memory_budget``, or the default for the engine's device."""
+        return self.memory_budget or default_budget(self.prompt_ids.device)
 
     def _restricted(self) -> bool:
         """Circuit values are the token ids ``0 .. n_values-1`` of a larger vocabulary (no value map)."""
         return self.value_map is None and self.n_values < self.vocab_size
 
-    def log_joint(self, y: Tensor, example: Tensor) -> Tensor:
-        """Naive ``log p(y | prompt)``, ``(N,)``: one forward pass over prompt + ``y`` (the vocabulary's log-sum-exp in
-        chunks of ``max_logits``)."""
+    def _scoring_states(self, y: Tensor, example: Tensor) -> tuple[Tensor, Tensor]:
+        """``(y, h)``: the checked sample and the ``(N, n, H)`` hidden states that score its tokens (the state at full
+        position ``t`` scores token ``t + 1``), from one forward pass over prompt + ``y``."""
         y = check_sample(y, self.vocab_size, "y")
         example = self.check_example(example, y.shape[0])
         self._check_length(y.shape[1])
@@ -237,29 +241,27 @@ class CausalLMEngine(Engine):
         ids, mask = torch.cat([prompt, y], 1), torch.cat([mask, torch.ones_like(y)], 1)
         with exact_mode(self.model, self.dropout):
             h = self.base(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).last_hidden_state
-        p = prompt.shape[1]
-        return _token_logp(h[:, p - 1:-1], self.head, y, self.max_logits).sum(-1)  # h at t scores token t + 1
+        return y, h[:, prompt.shape[1] - 1:-1]
+
+    def log_joint(self, y: Tensor, example: Tensor) -> Tensor:
+        """Naive ``log p(y | prompt)``, ``(N,)``: one forward pass over prompt + ``y`` (the vocabulary's log-sum-exp in
+        chunks of ``max_logits``)."""
+        y, h = self._scoring_states(y, example)
+        return _token_logp(h, self.head, y, self.max_logits).sum(-1)
 
     def log_prob(self, sequences: Tensor, *, chunk_size: int | None = None) -> Tensor:
         """As :meth:`Engine.log_prob`; by default in chunks of rows within ``memory_budget``."""
         if chunk_size is None and isinstance(sequences, Tensor) and sequences.dim() == 3:
             tokens = self.prompt_ids.shape[1] + sequences.shape[-1]
             row = self._shape.cache_bytes(tokens) + self._shape.active_bytes(tokens, 0)
-            chunk_size = max(1, (self.memory_budget or default_budget(sequences.device)) // row)
+            chunk_size = max(1, self._budget() // row)
         return super().log_prob(sequences, chunk_size=chunk_size)
 
     def step_log_probs(self, y: Tensor, example: Tensor) -> Tensor:
         """``(N, n, V)`` next-token log-probabilities ``log p(. | x, y_<t)`` for ``t < n`` (``y (N, n)``, ``example (N,)``);
         one full forward pass over prompt + ``y``."""
-        y = check_sample(y, self.vocab_size, "y")
-        example = self.check_example(example, y.shape[0])
-        self._check_length(y.shape[1])
-        prompt, mask = self._prompts(example)
-        ids, mask = torch.cat([prompt, y], 1), torch.cat([mask, torch.ones_like(y)], 1)
-        with exact_mode(self.model, self.dropout):
-            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask)).logits
-        p = prompt.shape[1]
-        return logits[:, p - 1:-1].log_softmax(-1)  # logits at t score token t + 1
+        _, h = self._scoring_states(y, example)
+        return self.head(h).log_softmax(-1)
 
     @torch.no_grad()
     def sample(self, example: Tensor | None = None, *, batch_size: int | None = None, length: int | None = None,
@@ -320,9 +322,7 @@ class CausalLMEngine(Engine):
             folded = None if self._folding is None else self._folding.candidates(sample, base, self.max_logits)
             cand = given if folded is None else folded.tokens  # (B, n, K)
             k = cand.shape[-1]
-            budget = self.memory_budget or default_budget(sample.device)
-            plan = plan_neighbours(self._shape, rows=b * k, prompt=P, length=n, grad=torch.is_grad_enabled(),
-                                   budget=budget, chunk=chunk_size or self.chunk, recompute=self.recompute)
+            plan = self.memory_plan(b, n, grad=torch.is_grad_enabled(), chunk_size=chunk_size, candidates=k)
             suffix = [self._suffix(i, sample, cand[:, i], kv, ids, mask, position_ids, plan.chunks[i], plan.recompute)
                       for i in range(n - 1)]
             suffix.append(base.new_zeros(b, k))
