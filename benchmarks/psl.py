@@ -36,7 +36,8 @@ from pseudosl import Circuit, CircuitBuilder
 from pseudosl.numerics import log1mexp
 from pseudosl.losses import constraint_log_prob
 from pseudosl.constraints import compile_all_different
-from pseudosl.psl import CausalLMEngine, RecurrentDecoder, ValueMap, as_engine, local_conditionals, pseudo_semantic_loss
+from pseudosl.psl import CausalLMEngine, RecurrentDecoder, as_engine, local_conditionals, pseudo_semantic_loss
+from pseudosl.tokens import ValueMap
 
 
 class PeakMemory:

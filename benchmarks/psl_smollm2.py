@@ -15,7 +15,7 @@ vocabulary are scored and every class's rest is estimated through one shared tok
 reference of the error columns: the relative error of the loss and the cosine / relative error of the gradient
 (all parameters) against it.  The exact PSL over SmolLM2's 49,152 tokens is out of reach on a CPU (every token a
 neighbour), so the reference is itself the construction with the most tokens scored (the catch-all's rest
-estimated); its exactness where every token is scored is tested (tests/test_causal_lm_top_k.py).
+estimated); its exactness where every token is scored is tested (tests/psl/test_causal_lm_top_k.py).
 
 Memory is the peak resident memory of the process during the step above its level just before it (RSS sampled
 every 10 ms by a thread, after ``malloc_trim`` has handed the memory freed by earlier steps back to the system, so

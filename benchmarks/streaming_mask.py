@@ -33,7 +33,7 @@ import pseudosl
 from pseudosl.experiments.detox.constraint import forbidden_sequences
 from pseudosl.experiments.detox.words import load_words
 from pseudosl.logic.automaton import SparseDFA, forbidden_sequences_dfa
-from pseudosl.psl.constraint import AutomatonConstraint, ValueMap
+from pseudosl.tokens.constraint import AutomatonConstraint, ValueMap
 
 VOCAB = 49_152  # SmolLM2's
 PROMPT = 8

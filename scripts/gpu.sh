@@ -5,7 +5,7 @@
 #   bash scripts/gpu.sh prepare        # on the development machine, no GPU: fetch the cp312 wheels the GPU
 #                                      # machine lacks (PySDD, klaycircuits) and copy ../shared/bench/circuits,
 #                                      # all into .carry/ (ignored by git; carry it to the GPU machine)
-#   bash scripts/gpu.sh tests          # the CUDA tests (tests/test_psl_engines.py, test_circuit_compile.py, test_cuda_decoding.py, test_causal_lm_memory.py)
+#   bash scripts/gpu.sh tests          # the CUDA tests (tests/psl/test_psl_engines.py, test_circuit_compile.py, test_cuda_decoding.py, test_causal_lm_memory.py)
 #   bash scripts/gpu.sh psl            # benchmarks/psl.py --case sudoku: the RNN + PSL step at batch 64, precision
 #   bash scripts/gpu.sh circuits [B..] # benchmarks/circuits.py --compile at batch 128 and 4096 (or the B given)
 #   bash scripts/gpu.sh checks         # tests, psl and circuits
@@ -72,7 +72,7 @@ tests() {
         torch.version.cuda, 'cudnn', torch.backends.cudnn.version(),
         torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')"; } 2>&1 | tee "$logs/tests.log"
     echo "== CUDA tests =="
-    "$py" -m pytest -q -p no:cacheprovider -o addopts="-ra" tests/test_psl_engines.py tests/test_circuit_compile.py tests/test_cuda_decoding.py tests/test_causal_lm_memory.py \
+    "$py" -m pytest -q -p no:cacheprovider -o addopts="-ra" tests/psl/test_psl_engines.py tests/circuit/test_circuit_compile.py tests/generation/test_cuda_decoding.py tests/psl/test_causal_lm_memory.py \
         2>&1 | tee -a "$logs/tests.log" || true
 }
 

@@ -13,7 +13,7 @@ import torch
 import pseudosl
 from pseudosl import Circuit, CircuitBuilder
 from pseudosl.logic.sdd import SddFormatError
-from tests.oracle import log_wmc, truth_of
+from oracle import log_wmc, truth_of
 
 
 def permutation_circuit(n: int = 4) -> Circuit:

@@ -6,7 +6,8 @@ generation (:func:`constrained_sample`; :class:`ConstraintLogitsProcessor`, whic
 first used).
 Everything else stays reachable in its submodule: :mod:`pseudosl.logic` (formulas, DAGs, errors),
 :mod:`pseudosl.losses` (``product_log_prob``, ``constraint_entropy``), :mod:`pseudosl.cache`,
-:mod:`pseudosl.psl` (``exact_mode``, ``local_conditionals``, ``LogJointEngine``, ``RecurrentSteps`` ...).
+:mod:`pseudosl.tokens` (``AutomatonConstraint``), :mod:`pseudosl.psl` (``exact_mode``, ``local_conditionals``,
+``LogJointEngine``, ``RecurrentSteps`` ...), :mod:`pseudosl.generation` (``ResampleDiagnostics``).
 """
 
 from . import constraints
@@ -18,9 +19,10 @@ from .logic.categorical import positions
 from .logic.builder import CircuitBuilder
 from .logic.formula import variables
 from .losses import constraint_log_prob, semantic_loss
-from .psl import (CausalLMEngine, Constraint, Engine, RecurrentDecoder, RecurrentEngine, ValueMap, as_engine,
-                  constrained_sample, local_fidelity, no_forbidden_sequences, no_forbidden_words,
-                  pseudo_semantic_loss, sample_satisfies)
+from .generation import constrained_sample
+from .psl import (CausalLMEngine, Engine, RecurrentDecoder, RecurrentEngine, as_engine, local_fidelity,
+                  pseudo_semantic_loss)
+from .tokens import Constraint, ValueMap, no_forbidden_sequences, no_forbidden_words, sample_satisfies
 
 __all__ = [
     # constraints -> circuits
@@ -61,6 +63,6 @@ __all__ = [
 def __getattr__(name: str):
     """``ConstraintLogitsProcessor`` imports ``transformers`` (the ``[lm]`` extra): loaded on first use only."""
     if name == "ConstraintLogitsProcessor":
-        from .psl import logits_process
+        from .generation import logits_process
         return logits_process.ConstraintLogitsProcessor
     raise AttributeError(f"module 'pseudosl' has no attribute {name!r}")

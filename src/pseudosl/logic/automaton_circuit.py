@@ -30,7 +30,7 @@ the parts of an interval, or the cover intervals and exception groups of a parti
 values), and monotone (no subtraction), so MPE and sampling are exact.  The arrays are made directly,
 not through :class:`~.builder.CircuitBuilder`, whose node-by-node determinism check would dominate the
 time; :class:`~.dag.Dag` still validates smoothness and decomposability, and the tests check determinism
-by enumeration (``tests/test_automaton_circuit.py``).
+by enumeration (``tests/logic/test_automaton_circuit.py``).
 
 Example:
     >>> from pseudosl.logic.automaton import forbidden_sequences_sparse_dfa

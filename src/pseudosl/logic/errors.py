@@ -56,7 +56,7 @@ class SizeLimitError(ValueError):
 
 class UnsatisfiableError(ValueError):
     """The constraint has no model (the compilers: pass ``allow_unsat=True`` to get a FALSE circuit instead), or,
-    in :func:`pseudosl.psl.constrained_sample`, no model the model gives probability above 0."""
+    in :func:`pseudosl.generation.constrained_sample`, no model the model gives probability above 0."""
 
 
 class DimacsFormatError(ValueError):

@@ -21,7 +21,7 @@ from .. import memory
 from ..checks import check_sample
 from .engine import trainable_recurrence
 from .recurrent import RecurrentEngine, RecurrentSteps, State
-from .sampling import check_count, sample_from_logits
+from .sampling import check_count
 
 __all__ = ["RecurrentDecoder", "DecoderSteps"]
 

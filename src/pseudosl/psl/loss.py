@@ -30,7 +30,7 @@ from .. import checks
 from ..checks import check_candidates, check_sample
 from ..circuit import Circuit
 from ..losses import Reduction, check_circuits, constraint_log_prob, per_example, product_log_prob, reduce_loss
-from .constraint import Constraint, sample_satisfies
+from ..tokens.constraint import Constraint, sample_satisfies
 from .engine import Engine, engine_circuit
 
 __all__ = ["pseudo_semantic_loss", "PSLDiagnostics"]

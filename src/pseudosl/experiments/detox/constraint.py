@@ -127,7 +127,7 @@ class DetoxWords:
     words: list[str]
     sequences: list[list[int]]
     vocab_size: int
-    text: Any = None  # pseudosl.psl.AutomatonConstraint
+    text: Any = None  # pseudosl.tokens.AutomatonConstraint
     windows: dict[int, pseudosl.Constraint] = field(default_factory=dict, repr=False)
 
     @classmethod
