@@ -94,7 +94,8 @@ def test_paired_by_epoch_is_the_t_interval_of_the_selected_checkpoints():
         1: [(15, 10), (20, 11), (40, 30)], 2: [(15, 20), (21, 11), (40, 31)], 3: [(15, 30), (22, 11), (40, 31)],
         4: [(15, 40), (23, 11), (40, 31)], 5: [(15, 50), (24, 11), (40, 31)]}
     curves = paired_by_epoch(exp, cfg, runs, ["rnn", "rnn_psl"])
-    assert [(c["model"], c["base"], c["metric"]) for c in curves] == [("rnn_psl", "rnn", m) for m in exp.metrics]
+    assert [(c["model"], c["base"], c["metric"]) for c in curves] == [("rnn_psl", "rnn", m)
+                                                                       for m in exp.comparison_metrics]
     exact = curves[0]
     assert [p["epoch"] for p in exact["points"]] == [1, 2, 3, 4, 5] and not exact["lower_is_better"]
     for p in exact["points"]:

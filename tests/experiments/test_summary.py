@@ -59,9 +59,10 @@ def test_paired_comparison_is_the_t_interval_of_per_seed_differences():
     assert worse[0]["verdict"] == VERDICTS[2]
     text = format_comparisons(exp, comps)
     line = next(t for t in text.splitlines() if t.startswith("RNN + PSL vs RNN "))
-    assert line.split()[5:] == ["5", "+4.00", "[+2.04,", "+5.96]", "better", "+4.00", "[+2.04,", "+5.96]", "better",
-                                "+4.00", "[+2.04,", "+5.96]", "better"], line
-    assert text.splitlines()[2].split()[:5] == ["Comparison", "seeds", "exact", "(points)", "consistent"]
+    assert line.split()[5:] == ["5", "+4.00", "[+2.04,", "+5.96]", "better", "+4.00", "[+2.04,", "+5.96]",
+                                "better"], line   # Exact and blank accuracy (Consistent is Exact on unique puzzles)
+    assert text.splitlines()[2].split()[:5] == ["Comparison", "seeds", "exact", "(points)", "blank_acc"]
+    assert psl["p"] == pytest.approx(0.004813, abs=1e-6)              # t = 4 / (1.581 / sqrt 5) = 5.66, 4 df
     assert "n.d." in next(t for t in text.splitlines() if t.startswith("ConvNet + SL vs ConvNet "))
 
 

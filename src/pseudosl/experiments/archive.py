@@ -37,7 +37,8 @@ from typing import Sequence
 import torch
 
 from ..errors import RunFolderError, StorageError, user_message
-from .checkpoints import checkpoint_bytes, checkpoint_from_bytes, has_checksum, load_checkpoint, sha256_file
+from .checkpoints import (checkpoint_bytes, checkpoint_from_bytes, has_checksum, load_checkpoint, sha256_file,
+                          tested_weights)
 from .runs import LOCK, TMP_PREFIX, atomic_path, run_dirs
 
 __all__ = ["pack", "unpack", "missing_parts", "PART_BYTES"]
@@ -91,7 +92,7 @@ def _packed_checkpoint(path: Path) -> tuple[bytes, dict]:
     finished = bool(ckpt.get("stopped")) or ckpt["epoch"] >= ckpt["config"]["epochs"]
     best = ckpt.get("best_model")
     if finished and ckpt["optimizer"] is not None:  # only its selected weights are ever used again
-        ckpt.update(model=best if best is not None else ckpt["model"], best_model=None, optimizer=None,
+        ckpt.update(model=tested_weights(ckpt), best_model=None, optimizer=None,
                     packed="finished")
     elif best is not None and best.keys() == ckpt["model"].keys() and all(
             torch.equal(best[k], ckpt["model"][k]) for k in best):

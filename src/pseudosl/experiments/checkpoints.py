@@ -37,7 +37,7 @@ from .config import ConfigError, RunConfig
 from .runs import atomic_path, check_identity
 
 __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "checkpoint_bytes", "checkpoint_from_bytes",
-           "has_checksum", "check_continuable", "load_weights", "sha256_file", "KEYS"]
+           "has_checksum", "check_continuable", "load_weights", "tested_weights", "sha256_file", "KEYS"]
 
 KEYS = frozenset({"config", "model_name", "seed", "epoch", "model", "optimizer", "rng", "history"})
 _PREFIX = b"\n#pseudosl-checkpoint sha256="
@@ -159,6 +159,14 @@ def check_continuable(ckpt: dict, cfg: RunConfig, name: str, seed: int, path: Pa
     if ckpt["optimizer"] is None and done < cfg.epochs and not ckpt.get("stopped"):
         raise CheckpointError(f"--resume --epochs {cfg.epochs}: {path} was packed as finished after {done} epochs "
                               f"(its optimizer state was dropped), so it cannot train on; pass --epochs {done}")
+
+
+def tested_weights(ckpt: dict) -> dict:
+    """The weights a run's table tests: the checkpoint of the best validation score (``best_model``), or the model
+    at the last epoch when no validation chose one or the run's config says ``test_checkpoint = "last"``."""
+    best = ckpt.get("best_model")
+    last = ckpt["config"].get("test_checkpoint", "best_validation") == "last"
+    return ckpt["model"] if best is None or last else best
 
 
 def load_weights(model: nn.Module, weights: dict, path: Path, name: str) -> None:

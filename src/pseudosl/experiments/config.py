@@ -73,6 +73,14 @@ class RunConfig:
     lr: float = spec(3e-4, min=0.0)
     weight_decay: float = spec(0.0, min=0.0, help="L2 weight decay of the Adam optimizer (torch.optim.Adam's weight_decay)")
     patience: int | None = spec(None, min=1, help="early stopping: evaluations without a better validation score")
+    test_checkpoint: str = spec("best_validation", choices=("best_validation", "last"), run_free=True,
+                                help="which model the table tests: best_validation (the checkpoint of the best "
+                                     "validation score, if there is a validation split) or last (the model at the "
+                                     "last epoch: every row read at a common budget; validation is still evaluated)")
+    patience_reading: int | None = spec(None, min=1, run_free=True,
+                                        help="also read every run as early stopping with this patience would have "
+                                             "tested it (from its validation history, after training): a second "
+                                             "table of the paired comparisons")
     constraint_start_epoch: int = spec(1, min=1, help="SL/PSL from this epoch on (1-based)")
     eval_every: int = spec(1, min=1, help="validation/test metrics every k epochs (for the curves)")
     out: str | None = spec(None, help="output folder (default runs/<experiment>/<preset>-<content key>)")
@@ -109,6 +117,13 @@ class RunConfig:
         if self.patience is not None and self.validation_size() == 0:
             raise ConfigError(f"patience = {self.patience} stops early on the validation split, but n_val = 0 (none): "
                               f"set n_val (e.g. --n-val 1000) or drop patience")
+        if self.patience_reading is not None and self.validation_size() == 0:
+            raise ConfigError(f"patience_reading = {self.patience_reading} reads the validation history, but n_val = 0 "
+                              f"(none): set n_val (e.g. --n-val 1000) or drop patience_reading")
+        if self.test_checkpoint == "last" and self.patience is not None:
+            raise ConfigError(f"test_checkpoint = 'last' reads every run at the last of its {self.epochs} epochs, but "
+                              f"patience = {self.patience} ends runs early: drop patience (patience_reading reads the "
+                              f"runs as early stopping would have) or test best_validation")
         if self.constraint_start_epoch > self.epochs:
             raise ConfigError(f"constraint_start_epoch = {self.constraint_start_epoch} is past the last epoch "
                               f"(epochs = {self.epochs}): the constrained models would train without their loss; "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -26,12 +26,19 @@ C = TypeVar("C", bound=RunConfig)
 
 @dataclass
 class Splits:
-    """``train`` yields tuples of tensors for the objective; ``val``/``test`` are what ``evaluate`` takes."""
+    """``train`` yields tuples of tensors for the objective; ``val``/``test`` are what ``evaluate`` takes.
+    ``for_seed``: where each model seed has its own data (a split drawn per seed), the splits of a seed; these are
+    then one seed's (:meth:`of_seed` is what a run of a given seed trains and is tested on)."""
 
     train: Dataset
     val: Any | None
     test: Any
     description: str = ""
+    for_seed: Callable[[int], "Splits"] | None = None
+
+    def of_seed(self, seed: int) -> "Splits":
+        """The splits of model seed ``seed``: these, unless each seed has its own (``for_seed``)."""
+        return self if self.for_seed is None else self.for_seed(seed)
 
 
 class Experiment(abc.ABC, Generic[C]):
@@ -101,6 +108,21 @@ class Experiment(abc.ABC, Generic[C]):
     def selection_order(self, cfg: C | None = None) -> list[str]:
         """The validation metrics that select a checkpoint, in order (:func:`selection_score`, the one rule)."""
         return list(self.selection_metrics or self.metrics)
+
+    def primary(self, cfg: C) -> tuple[str, str, str] | None:
+        """The comparison the experiment is run to decide, ``(row, base row, metric)``, named before the runs: the
+        table states it with its power, and it stays out of the Holm family of the other comparisons
+        (:func:`pseudosl.experiments.summary.holm_adjust`); ``None``: every comparison is in the family."""
+        return None
+
+    def chosen_rows(self, cfg: C) -> dict[str, list[str]]:
+        """Rows made of other rows, one chosen per seed on validation (a weight grid read as one row): row key ->
+        candidate rows (:func:`pseudosl.experiments.summary.choose_on_validation`)."""
+        return {}
+
+    def contrasts(self, cfg: C) -> list[tuple[str, str]]:
+        """Pairs ``(row, other row)`` compared seed by seed beyond each row and its base (controls)."""
+        return []
 
     def trains(self, name: str, cfg: C) -> bool:
         """Whether model ``name`` is trained (False: evaluated as built, e.g. a pretrained baseline)."""

@@ -51,8 +51,10 @@ class FidelityRun:
 
 
 def checkpoint_inputs(path: str | Path, n_examples: int, device: str) -> FidelityRun:
-    """The checkpoint's model (best on validation when there is one) on its experiment's test inputs."""
+    """The checkpoint's model (the one its table tested: :func:`.checkpoints.tested_weights`) on its experiment's
+    test inputs (its seed's)."""
     from .registry import experiment
+    from .checkpoints import tested_weights
     from .harness import CheckpointError, load_checkpoint
     ckpt = load_checkpoint(Path(path))
     if "experiment" not in ckpt:
@@ -61,9 +63,9 @@ def checkpoint_inputs(path: str | Path, n_examples: int, device: str) -> Fidelit
     from .config import model_variant
     base, cfg = model_variant(exp.config_class(**ckpt["config"]), ckpt["model_name"])
     model = exp.build_model(base, cfg)
-    model.load_state_dict(ckpt.get("best_model") or ckpt["model"])
+    model.load_state_dict(tested_weights(ckpt))
     model = model.to(device).eval()
-    engine, anchors, how = exp.fidelity_inputs(model, exp.load_data(cfg).test, n_examples)
+    engine, anchors, how = exp.fidelity_inputs(model, exp.load_data(cfg).of_seed(ckpt["seed"]).test, n_examples)
     return FidelityRun(engine, anchors, f"{exp.name} {ckpt['model_name']} seed {ckpt['seed']} ({path}, "
                                         f"epoch {ckpt['epoch']})", how)
 

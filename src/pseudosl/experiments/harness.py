@@ -51,15 +51,16 @@ from tqdm.auto import tqdm
 
 from ..errors import PseudoslError, RunFolderError, StorageError
 from ..logic.errors import check_int
-from .checkpoints import CheckpointError, check_continuable, load_checkpoint, load_weights
+from .checkpoints import CheckpointError, check_continuable, load_checkpoint, load_weights, tested_weights
 from .config import ConfigError, RunConfig, model_variant
-from .convergence import EPOCH_RULE, format_training, paired_by_epoch, training_lengths
+from .convergence import (EPOCH_RULE, format_late_change, format_patience_reading, format_training, paired_by_epoch,
+                          patience_reading, training_lengths)
 from .experiment import Experiment, Splits
 from .loop import evaluate_model, save, seed_all, train_run
 from .runs import (LOCK, MANIFEST, atomic_path, check_identity, check_manifest, check_out_folder, run_dirs,
                    run_lock, watch_parent, write_manifest)
-from .summary import (fill_decoder_labels, format_findings, format_table, model_label, paired_comparisons, row_key,
-                      selection_reason, selection_score, summarize, unit)
+from .summary import (choose_on_validation, fill_decoder_labels, format_findings, format_table, holm_adjust,
+                      model_label, paired_comparisons, row_key, selection_reason, selection_score, summarize, unit)
 
 __all__ = ["Experiment", "Splits", "train", "train_run", "run_folder", "evaluate_checkpoints", "summarize",
            "format_table", "load_checkpoint", "make_accelerator", "CheckpointError", "model_label",
@@ -143,15 +144,43 @@ def _tables(exp: Experiment, cfg: RunConfig, runs: list[dict], models: list[str]
     ``runs`` (one config)."""
     labels = fill_decoder_labels(exp.decoders, cfg.to_dict())  # "resample {resample_candidates}" -> "resample 16"
     records, rows = _rows(runs, models)
-    summary = summarize(records, exp.metrics, rows)
-    comparisons = paired_comparisons(exp, records, rows)
+    summary, comparisons, chosen = _compared(exp, cfg, records, rows)
     lengths = training_lengths(runs, cfg.epochs)
-    training = format_training(exp, lengths, cfg.epochs, cfg.patience, labels)
-    findings = format_findings(exp, comparisons, records, cfg.note, exp.selection_order(cfg), labels, training)
-    return {"summary": summary, "comparisons": comparisons, "findings": findings,
+    training = format_training(exp, lengths, cfg.epochs, cfg.patience, labels, cfg.test_checkpoint == "last")
+    if cfg.test_checkpoint == "last":  # a common budget: had every row stopped improving on the test by its end?
+        training = "\n\n".join(t for t in (training, format_late_change(exp, runs, list(models), exp.metrics[0],
+                                                                          cfg.epochs, labels)) if t)
+    readings, read = "", None
+    if cfg.patience_reading is not None:  # the same runs as early stopping would have tested them
+        read_runs = [r for r in (patience_reading(exp, cfg, run, cfg.patience_reading) for run in runs) if r]
+        read_records, read_rows = _rows(read_runs, models)
+        read_summary, read_comparisons, _ = _compared(exp, cfg, read_records, read_rows)
+        read = {"patience": cfg.patience_reading, "summary": read_summary, "comparisons": read_comparisons,
+                "training": training_lengths(read_runs, cfg.epochs)}
+        readings = format_patience_reading(exp, cfg, read_summary, read_comparisons, read_records, read["training"],
+                                           labels)
+    findings = format_findings(exp, comparisons, records + chosen, cfg.note, exp.selection_order(cfg), labels,
+                               training, exp.primary(cfg), readings)
+    return {"summary": summary, "comparisons": comparisons, "findings": findings, "patience_reading": read,
             "training": {"epochs": cfg.epochs, "patience": cfg.patience, "rows": lengths},
             "paired_by_epoch": {"rule": EPOCH_RULE, "curves": paired_by_epoch(exp, cfg, records, rows)},
             "text": format_table(exp, summary, title, labels) + ("\n\n" + findings if findings else "")}
+
+
+def _compared(exp: Experiment, cfg: RunConfig, records: list[dict], rows: list[str]) -> tuple[dict, list[dict],
+                                                                                                 list[dict]]:
+    """The summary and the paired comparisons (Holm-adjusted, the primary one left out) of ``records``, with the
+    experiment's rows chosen on validation (their records, also returned) placed after their last candidate."""
+    chosen, all_rows = [], list(rows)
+    for key, candidates in exp.chosen_rows(cfg).items():
+        picked = choose_on_validation(exp, cfg, records, [c for c in candidates if c in rows], key)
+        if picked:
+            chosen += picked
+            all_rows.insert(max(all_rows.index(c) for c in candidates if c in rows) + 1, key)
+    summary = summarize(records + chosen, exp.metrics, all_rows)
+    comparisons = holm_adjust(paired_comparisons(exp, records + chosen, all_rows, exp.contrasts(cfg)),
+                              exp.primary(cfg))
+    return summary, comparisons, chosen
 
 
 def _machine() -> dict:
@@ -350,19 +379,21 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
             data_cache[cfg.content_key()] = exp.load_data(cfg)
         base, run_cfg = model_variant(cfg, ckpt["model_name"])
         model = exp.build_model(base, run_cfg)
-        load_weights(model, ckpt.get("best_model") or ckpt["model"], path, ckpt["model_name"])
+        load_weights(model, tested_weights(ckpt), path, ckpt["model_name"])
         model = accelerator.unwrap_model(accelerator.prepare(model))
-        test = data_cache[cfg.content_key()].test
+        test = data_cache[cfg.content_key()].of_seed(ckpt["seed"]).test
+        last = cfg.test_checkpoint == "last" or not ckpt.get("best_model")
         metrics, _ = evaluate_model(exp, model, test, run_cfg, accelerator)
         decoded = {d: evaluate_model(exp, model, test, run_cfg, accelerator, decoder=d, seed=ckpt["seed"])[0]
                    for d in cfg.decoders}
         groups.setdefault(key, []).append({"model": ckpt["model_name"], "seed": ckpt["seed"], "epoch": ckpt["epoch"],
                                            "path": str(path), **metrics, "decoded": decoded,
                                            "epochs_trained": ckpt["epoch"],
-                                           "selected_epoch": ckpt.get("best_epoch") or ckpt["epoch"],
+                                           "selected_epoch": (ckpt["epoch"] if last else ckpt.get("best_epoch")
+                                                              or ckpt["epoch"]),
                                            "stopped_early": bool(ckpt.get("stopped", False)),
-                                           "selected_on": selection_reason(exp, run_cfg, ckpt["history"],
-                                                                           ckpt.get("best_epoch", 0))})
+                                           "selected_on": "" if last else selection_reason(
+                                               exp, run_cfg, ckpt["history"], ckpt.get("best_epoch", 0))})
         accelerator.print(f"{path}: epoch {ckpt['epoch']}, " + ", ".join(f"{m} {metrics[m]:.2f}{unit(exp, m)}"
                                                                         for m in exp.metrics))
     tables = []

@@ -57,6 +57,7 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
     epochs trained, the selected epoch and whether the patience stop ended the run (``stopped_early``)."""
     ckpt_path = checkpoint_path(out, name, seed)
     shared, (base, cfg) = cfg, model_variant(cfg, name)  # a variant "name@field=value" trains with its overrides
+    splits = splits.of_seed(seed)  # a split drawn per model seed: this seed's
     seed_all(seed)
     model = exp.build_model(base, cfg)
     objective = exp.objective(model, base, cfg)
@@ -127,13 +128,15 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
         save(exp, shared, name, seed, state, unwrapped(), optimizer, ckpt_path, accelerator)
 
     model = unwrapped()
-    if state["best_model"] is not None:  # test the checkpoint selected on the validation split
+    on_validation = state["best_model"] is not None and cfg.test_checkpoint == "best_validation"
+    if on_validation:  # test the checkpoint selected on the validation split (else the model at the last epoch)
         model.load_state_dict(state["best_model"])
     metrics, pred = evaluate_model(exp, model, splits.test, cfg, accelerator)
     decoded = {d: evaluate_model(exp, model, splits.test, cfg, accelerator, decoder=d, seed=seed)[0] for d in cfg.decoders}
     return {"model": name, "seed": seed, **metrics, "epochs_trained": state["epoch"],
-            "selected_epoch": state["best_epoch"] or state["epoch"], "stopped_early": bool(state["stopped"]),
-            "selected_on": selection_reason(exp, cfg, state["history"], state["best_epoch"]),
+            "selected_epoch": state["best_epoch"] if on_validation and state["best_epoch"] else state["epoch"],
+            "stopped_early": bool(state["stopped"]),
+            "selected_on": selection_reason(exp, cfg, state["history"], state["best_epoch"]) if on_validation else "",
             "decoded": decoded, "history": state["history"], "wall_s": state["wall_s"], "cpu_s": state["cpu_s"],
             "predictions": pred}
 

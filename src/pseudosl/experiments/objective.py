@@ -5,7 +5,14 @@ cross-entropy of the solution) plus ``weight x`` a constraint term chosen by con
 
 * ``"sl"``: the semantic loss ``-log P_q(alpha)`` of a factorized model's logits;
 * ``"psl"``: the pseudo-semantic loss ``-log p~_y(alpha)`` of an autoregressive model around a sample ``y ~ p``
-  of the first ``examples`` examples of the batch (a cost knob), by the model's prefix-reusing engine.
+  of the first ``examples`` examples of the batch (a cost knob), by the model's prefix-reusing engine;
+* ``"own"``: the PSL's control without the constraint: the cross-entropy of the targets with the model's own
+  sample as the prefix, ``-sum_i log p(target_i | y_<i, x)``, ``y`` drawn as the PSL's anchor (the same engine, the
+  same examples), summed over the positions the PSL would score (with ``condition``, those ``allowed`` leaves
+  open) and averaged over the examples as the PSL is.  It needs no circuit.  Where the constraint conditioned on
+  the inputs has one model (a Sudoku puzzle's completion) the PSL is ``-sum_i log p(target_i | y_-i, x)``, the
+  pseudo-log-likelihood of the targets around ``y``: this term asks whether training around one's own samples,
+  without the rules, gives what the PSL gives.
 
 The constraint is a circuit (the same for every example), or a function ``inputs -> circuit or sequence of
 circuits`` (one per example, e.g. one Sudoku puzzle's completions): the losses then score each example by its
@@ -21,15 +28,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import torch
 from torch import Tensor, nn
 
 import pseudosl
 
 from .structured import StructuredModel
 
-__all__ = ["Objective", "ConstraintTerm", "ConstrainedObjective", "CONSTRAINT_LOSSES"]
+__all__ = ["Objective", "ConstraintTerm", "ConstrainedObjective", "CONSTRAINT_LOSSES", "CIRCUIT_FREE"]
 
-CONSTRAINT_LOSSES = ("sl", "psl")
+CONSTRAINT_LOSSES = ("sl", "psl", "own")
+CIRCUIT_FREE = frozenset({"own"})  # terms that need no circuit
 CircuitOf = pseudosl.Circuit | Callable[[Tensor], pseudosl.Circuit | Sequence[pseudosl.Circuit]]
 
 
@@ -43,9 +52,10 @@ class Objective(nn.Module):
 
 @dataclass(frozen=True)
 class ConstraintTerm:
-    """``weight x`` the SL or the PSL (``loss``) of a circuit.  ``allowed(inputs)``: unit constraints from the
-    inputs (e.g. Sudoku's givens), or ``None``; ``condition``: condition on them instead of conjoining them;
-    ``examples``: the PSL on the first ``m`` examples of each batch (default: all)."""
+    """``weight x`` the SL or the PSL (``loss``) of a circuit, or the PSL's control ``"own"`` (module docs).
+    ``allowed(inputs)``: unit constraints from the inputs (e.g. Sudoku's givens), or ``None``; ``condition``:
+    condition on them instead of conjoining them; ``examples``: the PSL on the first ``m`` examples of each batch
+    (default: all)."""
 
     loss: str
     weight: float
@@ -66,11 +76,13 @@ class ConstrainedObjective(Objective):
     def __init__(self, model: StructuredModel, term: ConstraintTerm | None = None,
                  circuit: CircuitOf | None = None, augment: Callable[[Tensor, Tensor], Any] | None = None) -> None:
         super().__init__()
-        if (term is None) != (circuit is None):
-            raise ValueError("a constraint term needs its circuit, and a circuit its term: give both or neither")
-        if term is not None and (term.loss == "psl") != model.autoregressive:
+        if (term is not None and term.loss not in CIRCUIT_FREE) != (circuit is not None):
+            raise ValueError("a constraint term needs its circuit, and a circuit its term: give both or neither "
+                             "(the term 'own' takes no circuit)")
+        if term is not None and (term.loss != "sl") != model.autoregressive:
             raise ValueError(f"loss = {term.loss!r} on {'an autoregressive' if model.autoregressive else 'a factorized'} "
-                             f"{type(model).__name__}: the SL is for factorized models, the PSL for autoregressive ones")
+                             f"{type(model).__name__}: the SL is for factorized models, the PSL and its control 'own' "
+                             f"for autoregressive ones")
         self.model, self.circuit, self.term, self.augment = model, circuit, term, augment  # circuit: moves with it
 
     def forward(self, inputs: Tensor, targets: Tensor, constrained: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
@@ -85,11 +97,18 @@ class ConstrainedObjective(Objective):
         if term.loss == "sl":
             value = pseudosl.semantic_loss(self.circuit_of(inputs), fit.logits, allowed=allowed(inputs),
                                            condition=term.condition)
-        else:
+        elif term.loss == "psl":
             m = term.examples or inputs.shape[0]
             sample, engine = self.model.psl_inputs(fit, m)  # y ~ p(. | x) (eval mode), then its local conditionals
             value = pseudosl.pseudo_semantic_loss(engine, self.circuit_of(inputs[:m]), sample,
                                                   allowed=allowed(inputs[:m]), condition=term.condition)
+        else:  # "own": the targets after the model's own sample, the PSL's anchor
+            m = term.examples or inputs.shape[0]
+            sample, _ = self.model.psl_inputs(fit, m)                           # (m, n), drawn as the PSL draws it
+            nll = self.model.prefix_nll(inputs[:m], targets[:m], sample)        # (m, n): -log p(t_i | y_<i, x)
+            mask = allowed(inputs[:m])
+            scored = mask.sum(-1) > 1 if term.condition and mask is not None else torch.ones_like(nll, dtype=torch.bool)
+            value = (nll * scored).sum(-1).mean()
         parts.update({"constraint": term.weight * value.detach(), term.loss: value.detach()})
         return loss + term.weight * value, parts
 

@@ -26,7 +26,7 @@ class Fit(NamedTuple):
 
 class StructuredModel(nn.Module):
     """A model of structured outputs (module docs).  ``fit`` and ``greedy`` for every model; ``log_probs`` for a
-    factorized one; ``engine`` and ``psl_inputs`` for an autoregressive one."""
+    factorized one; ``engine``, ``psl_inputs`` and ``prefix_nll`` for an autoregressive one."""
 
     autoregressive: ClassVar[bool] = False
 
@@ -45,6 +45,12 @@ class StructuredModel(nn.Module):
     def engine(self, inputs: Tensor) -> Any:
         """Autoregressive: the exact local conditionals ``p(y_i | y_-i, x)`` (a :class:`pseudosl.Engine`)."""
         raise NotImplementedError(f"{type(self).__name__} is not autoregressive: it has no engine")
+
+    def prefix_nll(self, inputs: Tensor, targets: Tensor, prefix: Tensor) -> Tensor:
+        """Autoregressive: ``-log p(target_i | prefix_<i, x)`` per position ``(B, n)``: the targets scored after
+        the prefix ``prefix`` ``(B, n)`` (classes, e.g. the model's own sample) instead of after themselves (the
+        objective's control ``"own"``)."""
+        raise NotImplementedError(f"{type(self).__name__} is not autoregressive: it has no prefixes")
 
     def psl_inputs(self, fit: Fit, m: int) -> tuple[Tensor, Any]:
         """Autoregressive: for the PSL of the first ``m`` examples of ``fit``'s batch, a sample ``y ~ p(. | x)``

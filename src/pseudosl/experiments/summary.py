@@ -2,10 +2,17 @@
 
 * :func:`summarize`: mean ± sample std (ddof = 1) of each metric per table row, and on how many
   seeds it is defined (a Warcraft cost ratio is undefined for a run without a consistent path);
-* :func:`paired_comparisons`: every "X + SL/PSL vs X" comparison (``Experiment.baselines``) as the
-  per-seed difference, paired by seed (a seed fixes the data order and the initialisation), with a
-  95 % Student-t interval over the seeds and a verdict (:func:`verdict`): "beats its base beyond the
-  95 % interval", "not distinguishable from its base" or "worse than its base beyond the 95 % interval";
+* :func:`paired_comparisons`: every "X + SL/PSL vs X" comparison (``Experiment.baselines``, and the experiment's
+  ``contrasts``) as the per-seed difference, paired by seed (a seed fixes the data order and the initialisation),
+  with a 95 % Student-t interval over the seeds, a verdict (:func:`verdict`): "beats its base beyond the 95 %
+  interval", "not distinguishable from its base" or "worse than its base beyond the 95 % interval", and the
+  two-sided paired t-test's p-value (:func:`paired_p_value`);
+* :func:`holm_adjust`: Holm's step-down adjustment of those p-values over the comparisons of the losses (the greedy
+  rows), the experiment's primary comparison (``Experiment.primary``) left out of the family;
+* :func:`choose_on_validation`: a row made of, per seed, the run among some candidate rows (a weight grid) with
+  the best validation score of the model it tested;
+* power at the observed spread (:func:`t_test_power`, :func:`detectable_difference`, :func:`seeds_for_power`) and
+  the primary comparison's paragraph (:func:`format_primary`);
 * :func:`selection_reason`: which validation metric chose a run's checkpoint (``metrics[0]``, or the
   finer metric that broke its tie);
 * :func:`format_report`: the text of ``table.txt`` and of the printout: the table, then
@@ -28,11 +35,16 @@ from .config import RunConfig, split_model
 from .experiment import Experiment
 
 __all__ = ["summarize", "paired_comparisons", "base_rows", "student_t_quantile", "t_interval", "verdict",
-           "selection_score", "selection_reason", "format_table", "format_comparisons", "format_findings", "format_report", "fill_decoder_labels",
-           "model_label", "unit", "row_key", "split_row", "VERDICTS", "VERDICT_WORDS"]
+           "paired_p_value", "holm", "holm_adjust", "t_test_power", "detectable_difference", "seeds_for_power",
+           "choose_on_validation", "tested_validation", "CHOSEN", "selection_score", "selection_reason", "format_table",
+           "format_comparisons", "format_primary", "format_findings", "format_report", "fill_decoder_labels",
+           "model_label", "unit", "row_key", "split_row", "VERDICTS", "VERDICT_WORDS", "ALPHA", "POWER"]
 
 VERDICTS = ("beats its base beyond the 95 % interval", "not distinguishable from its base",
             "worse than its base beyond the 95 % interval")
+ALPHA = 0.05  # the tests' level: 95 % intervals, two-sided p-values against it
+POWER = 0.8   # the power asked of a design: the detectable difference and the seeds needed are at this power
+CHOSEN = "chosen"  # the override value of a row chosen on validation: "rnn_psl@psl_weight=chosen"
 
 
 # -- rows, labels, units ------------------------------------------------------------------------------
@@ -67,7 +79,8 @@ def model_label(exp: Experiment, spec: str, decoder_labels: Mapping[str, str] | 
     model, decoder = split_row(spec)
     base, overrides = split_model(model)
     label = exp.labels.get(base, base)
-    label += " (" + ", ".join(f"{k}={v}" for k, v in overrides.items()) + ")" if overrides else ""
+    label += " (" + ", ".join(f"{k} chosen on validation" if v == CHOSEN else f"{k}={v}"
+                              for k, v in overrides.items()) + ")" if overrides else ""
     suffixes = exp.decoders if decoder_labels is None else decoder_labels
     return label + (f" + {suffixes.get(decoder, decoder)}" if decoder else "")
 
@@ -125,6 +138,92 @@ def t_interval(values: list[float]) -> tuple[float, float, float, float]:
     return mean, std, mean - half, mean + half
 
 
+def paired_p_value(values: list[float]) -> float:
+    """The two-sided p-value of the paired t-test of ``values`` (per-seed differences) against 0: ``2 P(T_{n-1} >
+    |mean| / (std / sqrt(n)))``; NaN for one value; for values all equal, 1 when they are 0 and 0 otherwise (no
+    spread).
+
+    Example:
+        >>> round(paired_p_value([3.0, 5.0, 4.0, 6.0, 2.0]), 5)
+        0.00481
+    """
+    from scipy.stats import t
+    mean, std, _, _ = t_interval(values)
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    if std == 0:
+        return 1.0 if mean == 0 else 0.0
+    return float(2 * t.sf(abs(mean) / (std / math.sqrt(n)), n - 1))
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment of ``m`` p-values (NaN ones left NaN and not counted in ``m``): the ``j``-th
+    smallest becomes ``max_{i <= j} min(1, (m - i + 1) p_(i))``, so "adjusted p < alpha" rejects with a
+    family-wise error rate of at most alpha.
+
+    Example:
+        >>> holm([0.01, 0.04, 0.03, float("nan")])
+        [0.03, 0.06, 0.06, nan]
+    """
+    order = sorted((p, i) for i, p in enumerate(p_values) if p == p)
+    out = [float("nan")] * len(p_values)
+    running = 0.0
+    for j, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (len(order) - j) * p))
+        out[i] = round(running, 12)
+    return out
+
+
+def holm_adjust(comparisons: list[dict], primary: tuple[str, str, str] | None = None) -> list[dict]:
+    """``comparisons`` with ``p_holm`` set on each of the family (the comparisons between greedy rows, i.e. of the
+    losses, except the ``primary`` ``(row, base, metric)``), Holm-adjusted over that family; ``None`` on the
+    others (the decoders' rows, the primary comparison, which is tested at alpha on its own)."""
+    family = [c for c in comparisons if split_row(c["model"])[1] is None and split_row(c["base"])[1] is None
+              and (c["model"], c["base"], c["metric"]) != primary]
+    for c in comparisons:
+        c["p_holm"] = None
+    for c, p in zip(family, holm([c["p"] for c in family])):
+        c["p_holm"] = p
+    return comparisons
+
+
+def t_test_power(effect: float, std: float, n: int, alpha: float = ALPHA) -> float:
+    """The power of the two-sided paired t-test at level ``alpha`` with ``n`` seeds to detect a mean difference
+    ``effect`` when the per-seed differences have standard deviation ``std``: ``P(|T| > t_{1 - alpha/2, n-1})``
+    for ``T`` noncentral t with ``n - 1`` degrees of freedom and noncentrality ``effect / (std / sqrt(n))``
+    (NaN for ``n < 2`` or no spread)."""
+    from scipy.stats import nct
+    if n < 2 or not std > 0 or effect != effect:
+        return float("nan")
+    q = student_t_quantile(1 - alpha / 2, n - 1)
+    nc = abs(effect) / (std / math.sqrt(n))
+    return float(nct.sf(q, n - 1, nc) + nct.cdf(-q, n - 1, nc))
+
+
+def detectable_difference(std: float, n: int, power: float = POWER, alpha: float = ALPHA) -> float:
+    """The smallest mean difference that ``n`` seeds detect with ``power`` (two-sided paired t-test at ``alpha``)
+    when the per-seed differences have standard deviation ``std`` (NaN for ``n < 2`` or no spread)."""
+    from scipy.optimize import brentq
+    if n < 2 or not std > 0:
+        return float("nan")
+    return float(brentq(lambda d: t_test_power(d, std, n, alpha) - power, 1e-12 * std, 100 * std))
+
+
+def seeds_for_power(effect: float, std: float, power: float = POWER, alpha: float = ALPHA,
+                    most: int = 100_000) -> int | None:
+    """The fewest paired seeds with which the t-test detects ``effect`` with ``power`` at the spread ``std``
+    (``None`` past ``most`` or without an effect)."""
+    if not std > 0 or effect != effect or effect == 0:
+        return None
+    n = 2
+    while t_test_power(effect, std, n, alpha) < power:
+        n = n + 1 if n < 100 else int(n * 1.1)
+        if n > most:
+            return None
+    return n
+
+
 def verdict(lo: float, hi: float, lower_is_better: bool = False) -> str:
     """One of :data:`VERDICTS` for the interval ``[lo, hi]`` of "model minus its base"."""
     if math.isnan(lo) or math.isnan(hi):
@@ -133,9 +232,9 @@ def verdict(lo: float, hi: float, lower_is_better: bool = False) -> str:
     return VERDICTS[0] if better else VERDICTS[2] if worse else VERDICTS[1]
 
 
-def base_rows(exp: Experiment, key: str, rows: list[str]) -> list[str]:
-    """The rows ``key`` is compared with: its model's base (``exp.baselines``) under the same decoder, and for
-    an extra decoder also the same model decoded greedily."""
+def base_rows(exp: Experiment, key: str, rows: list[str], contrasts: list[tuple[str, str]] = ()) -> list[str]:
+    """The rows ``key`` is compared with: its model's base (``exp.baselines``) under the same decoder, for an extra
+    decoder also the same model decoded greedily, then the rows ``contrasts`` pairs it with (``(row, other)``)."""
     model, decoder = split_row(key)
     out = []
     base = exp.baselines.get(split_model(model)[0])
@@ -143,11 +242,14 @@ def base_rows(exp: Experiment, key: str, rows: list[str]) -> list[str]:
         out.append(row_key(base, decoder))
     if decoder is not None:
         out.append(model)
+    out += [other for row, other in contrasts if row == key and other not in out]
     return [r for r in out if r in rows]
 
 
-def paired_comparisons(exp: Experiment, runs: list[dict], rows: list[str]) -> list[dict]:
-    """Every "row vs its base" comparison, per metric, paired by seed, with a 95 % Student-t interval.
+def paired_comparisons(exp: Experiment, runs: list[dict], rows: list[str],
+                       contrasts: list[tuple[str, str]] = ()) -> list[dict]:
+    """Every "row vs its base" comparison (and every ``(row, other)`` of ``contrasts``), per metric, paired by seed,
+    with a 95 % Student-t interval and the paired t-test's two-sided p-value (``p``).
 
     For each row whose model has a base in ``exp.baselines`` (``"rnn_psl": "rnn"``; variants such as
     ``rnn_psl@psl_weight=0.01`` too) and for each metric of ``exp.comparison_metrics`` (default: ``exp.metrics``)
@@ -160,7 +262,7 @@ def paired_comparisons(exp: Experiment, runs: list[dict], rows: list[str]) -> li
     by = {(r["model"], r["seed"]): r for r in runs}
     out = []
     for key in rows:
-        for base in base_rows(exp, key, rows):
+        for base in base_rows(exp, key, rows, contrasts):
             for m in exp.comparison_metrics or exp.metrics:
                 pairs = [(s, by[(key, s)][m] - by[(base, s)][m]) for (k, s) in by
                          if k == key and (base, s) in by]
@@ -171,7 +273,34 @@ def paired_comparisons(exp: Experiment, runs: list[dict], rows: list[str]) -> li
                 mean, std, lo, hi = t_interval([v for _, v in pairs])
                 out.append({"model": key, "base": base, "metric": m, "seeds": [s for s, _ in pairs],
                             "differences": [v for _, v in pairs], "n": n, "mean": mean, "std": std,
-                            "ci95": [lo, hi], "verdict": verdict(lo, hi, m in exp.lower_is_better)})
+                            "ci95": [lo, hi], "verdict": verdict(lo, hi, m in exp.lower_is_better),
+                            "p": paired_p_value([v for _, v in pairs])})
+    return out
+
+
+def tested_validation(run: dict) -> dict[str, float]:
+    """The validation metrics of the model ``run`` tested: those of its history's evaluation at its
+    ``selected_epoch`` (the last evaluation if that epoch has none); empty without validation."""
+    evaluated = [e for e in run.get("history", []) if any(k.startswith("val_") for k in e)]
+    at = [e for e in evaluated if e["epoch"] == run.get("selected_epoch")] or evaluated[-1:]
+    return {k[4:]: v for k, v in at[0].items() if k.startswith("val_")} if at else {}
+
+
+def choose_on_validation(exp: Experiment, cfg: RunConfig, runs: list[dict], candidates: list[str],
+                         key: str) -> list[dict]:
+    """The row ``key``: per seed that every candidate row ran, a copy of the candidates' run whose tested model has
+    the best validation score (:func:`selection_score` of :func:`tested_validation`; the earlier candidate wins a
+    tie), its model renamed ``key`` and ``chosen`` naming the candidate.  So a weight grid becomes one row whose
+    weight is chosen per seed on that seed's validation split, never on the test."""
+    by = {(r["model"], r["seed"]): r for r in runs}
+    seeds = sorted({s for (_, s) in by if all((c, s) in by for c in candidates)})
+    out = []
+    for s in seeds:
+        scored = [(selection_score(exp, tested_validation(by[(c, s)]), cfg), -i, c) for i, c in enumerate(candidates)
+                  if tested_validation(by[(c, s)])]
+        if scored:
+            best = max(scored)[2]
+            out.append({**by[(best, s)], "model": key, "chosen": best})
     return out
 
 
@@ -238,12 +367,18 @@ VERDICT_WORDS = {VERDICTS[0]: "better", VERDICTS[1]: "n.d.", VERDICTS[2]: "worse
 COMPARISON_COLUMNS = 6  # metrics per comparison table (more metrics: several tables, so lines stay readable)
 
 
+def _p(p: float) -> str:
+    """A p-value in a cell: ``0.031``, ``<0.001``, ``1``."""
+    return "nan" if p != p else "<0.001" if p < 0.001 else "1" if p >= 0.9995 else f"{p:.3f}"
+
+
 def format_comparisons(exp: Experiment, comparisons: list[dict],
-                       decoder_labels: Mapping[str, str] | None = None) -> str:
+                       decoder_labels: Mapping[str, str] | None = None, primary_left_out: bool = False) -> str:
     """A table of the paired comparisons: a line per row and its base, a cell per metric with the mean paired
     difference, its 95 % interval and the verdict in a word (:data:`VERDICT_WORDS`); ``(n=..)`` where a metric
     is paired on fewer seeds than the line's others, no interval with one paired seed, ``–`` where a metric
-    is not compared.  ``decoder_labels``: as in :func:`model_label`."""
+    is not compared; ``p_H`` and the Holm-adjusted p-value where :func:`holm_adjust` set one.  ``decoder_labels``:
+    as in :func:`model_label`; ``primary_left_out``: the intro says the primary comparison is not in the family."""
     if not comparisons:
         return ""
     metrics = list(dict.fromkeys(c["metric"] for c in comparisons))
@@ -255,18 +390,25 @@ def format_comparisons(exp: Experiment, comparisons: list[dict],
         if c is None:
             return "–"
         text = f"{c['mean']:+.2f}" + (" [{:+.2f}, {:+.2f}]".format(*c["ci95"]) if c["n"] > 1 else "")
-        return f"{text} {VERDICT_WORDS[c['verdict']]}" + (f" (n={c['n']})" if c["n"] != n else "")
+        holm_p = c.get("p_holm")
+        return (f"{text} {VERDICT_WORDS[c['verdict']]}" + (f" (n={c['n']})" if c["n"] != n else "")
+                + (f" p_H {_p(holm_p)}" if holm_p is not None else ""))
 
     def header(m: str) -> str:
         u = unit(exp, m)
         return f"{m} ({'points' if u == '%' else u})" if u else m
 
     lower = [m for m in metrics if m in exp.lower_is_better]
+    family = sum(c.get("p_holm") is not None for c in comparisons)
     intro = ("Paired by seed: each row minus its base, per metric the mean difference [95 % Student-t interval] "
              "over the seeds;\nbetter / worse: beyond the interval"
              + (" (lower is better for every metric)" if lower == metrics else
                 f" ({', '.join(lower)}: lower is better)" if lower else "")
-             + "; n.d.: not distinguishable (the interval holds 0).")
+             + "; n.d.: not distinguishable (the interval holds 0)."
+             + (f"\np_H: the paired t-test's two-sided p-value, Holm-adjusted over the {family} comparisons of the "
+                f"losses (rows decoded greedily{', the primary comparison left out' if primary_left_out else ''}); "
+                f"below {ALPHA:g}: the difference stands with every comparison of the family counted."
+                if family else ""))
     blocks = []
     for first in range(0, len(metrics), COMPARISON_COLUMNS):  # many metrics: several tables of a few columns
         cols = metrics[first:first + COMPARISON_COLUMNS]
@@ -281,6 +423,37 @@ def format_comparisons(exp: Experiment, comparisons: list[dict],
         blocks.append("\n".join("  ".join(f"{t:<{w}}" if i == 0 else f"{t:>{w}}"
                                            for i, (t, w) in enumerate(zip(line, widths))).rstrip() for line in lines))
     return "\n\n".join([intro + "\n" + blocks[0], *blocks[1:]])
+
+
+def format_primary(exp: Experiment, comparisons: list[dict], primary: tuple[str, str, str] | None, runs: list[dict],
+                   decoder_labels: Mapping[str, str] | None = None) -> str:
+    """The primary comparison ``(row, base, metric)`` in words: its mean paired difference, 95 % interval, p-value
+    and verdict, which candidate a row chosen on validation took per seed, and the power the run had at the spread
+    it observed: to detect a difference of the observed size, the smallest difference it detects with
+    :data:`POWER`, and the seeds the observed difference would need; ``""`` when the table does not hold it."""
+    c = next((c for c in comparisons if primary and (c["model"], c["base"], c["metric"]) == primary), None)
+    if c is None:
+        return ""
+    row, base, metric = primary
+    u = unit(exp, metric)
+    pts = " points" if u == "%" else f" {u}" if u else ""
+    lo, hi = c["ci95"]
+    label = f"{model_label(exp, row, decoder_labels)} vs {model_label(exp, base, decoder_labels)}"
+    text = (f"Primary comparison (named before the runs; tested on its own at {ALPHA:g}, outside the Holm family): "
+            f"{label}, {metric}: {c['mean']:+.2f}{pts} [{lo:+.2f}, {hi:+.2f}] over {c['n']} paired seeds, "
+            f"p = {_p(c['p'])}: {VERDICT_WORDS[c['verdict']]} ({c['verdict']}).")
+    chosen = [r["chosen"] for r in runs if r["model"] == row and "chosen" in r]
+    if chosen:
+        text += (" Chosen per seed on its validation split: " + ", ".join(
+            f"{model_label(exp, k, decoder_labels)} ×{chosen.count(k)}" for k in dict.fromkeys(chosen)) + ".")
+    power, mde = t_test_power(c["mean"], c["std"], c["n"]), detectable_difference(c["std"], c["n"])
+    if power == power:
+        need = seeds_for_power(c["mean"], c["std"])
+        text += (f" Power at the observed spread (std {c['std']:.2f}{pts} of the per-seed differences): "
+                 f"{power:.0%} to detect a difference of the observed size; {c['n']} seeds detect "
+                 f"±{mde:.2f}{pts} with {POWER:.0%} power; the observed difference would need "
+                 + (f"{need} seeds." if need else "more seeds than are countable."))
+    return text
 
 
 def _format_selection(exp: Experiment, runs: list[dict], order: list[str]) -> str:
@@ -300,19 +473,24 @@ def _format_selection(exp: Experiment, runs: list[dict], order: list[str]) -> st
 
 def format_findings(exp: Experiment, comparisons: list[dict], runs: list[dict], note: str = "",
                     selection_order: list[str] | None = None, decoder_labels: Mapping[str, str] | None = None,
-                    training: str = "") -> str:
-    """What follows the table in ``table.txt``: the paired comparisons, how checkpoints were selected (runs with
-    ``selected_on``; ``selection_order`` names the validation metrics in order), ``training`` (how long the runs
-    trained and whether they converged: :func:`pseudosl.experiments.convergence.format_training`), the preset's
-    note.  ``decoder_labels``: as in :func:`model_label`."""
-    parts = [format_comparisons(exp, comparisons, decoder_labels), _format_selection(exp, runs, selection_order or []),
-             training, " ".join(note.split())]
+                    training: str = "", primary: tuple[str, str, str] | None = None, readings: str = "") -> str:
+    """What follows the table in ``table.txt``: the paired comparisons, the ``primary`` comparison
+    (:func:`format_primary`), how checkpoints were selected (runs with ``selected_on``; ``selection_order`` names the
+    validation metrics in order), ``training`` (how long the runs trained and whether they converged:
+    :func:`pseudosl.experiments.convergence.format_training`), ``readings`` (the table read another way, e.g. under
+    a patience rule), the preset's note.  ``decoder_labels``: as in :func:`model_label`."""
+    held = any(primary and (c["model"], c["base"], c["metric"]) == primary for c in comparisons)
+    parts = [format_comparisons(exp, comparisons, decoder_labels, primary_left_out=held),
+             format_primary(exp, comparisons, primary, runs, decoder_labels),
+             _format_selection(exp, runs, selection_order or []), training, readings, " ".join(note.split())]
     return "\n\n".join(p for p in parts if p)
 
 
 def format_report(exp: Experiment, summary: dict, comparisons: list[dict], runs: list[dict], title: str,
                   note: str = "", selection_order: list[str] | None = None,
-                  decoder_labels: Mapping[str, str] | None = None, training: str = "") -> str:
+                  decoder_labels: Mapping[str, str] | None = None, training: str = "",
+                  primary: tuple[str, str, str] | None = None, readings: str = "") -> str:
     """The text of ``table.txt``: the table (:func:`format_table`), then :func:`format_findings`."""
-    findings = format_findings(exp, comparisons, runs, note, selection_order, decoder_labels, training)
+    findings = format_findings(exp, comparisons, runs, note, selection_order, decoder_labels, training, primary,
+                               readings)
     return format_table(exp, summary, title, decoder_labels) + ("\n\n" + findings if findings else "")

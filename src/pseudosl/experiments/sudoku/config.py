@@ -17,8 +17,9 @@ from ..config import preset_path as _preset_path
 
 __all__ = ["SudokuConfig", "MODELS", "CONSTRAINT_LOSS", "load_config", "preset_path", "PRESETS"]
 
-MODELS = ("convnet", "convnet_sl", "rnn", "rnn_psl")
-CONSTRAINT_LOSS = {"convnet": None, "convnet_sl": "sl", "rnn": None, "rnn_psl": "psl"}  # model -> its constraint term
+MODELS = ("convnet", "convnet_sl", "rnn", "rnn_psl", "rnn_own")
+# model -> its constraint term; rnn_own: the PSL's control, the solution after the model's own sample (objective.py)
+CONSTRAINT_LOSS = {"convnet": None, "convnet_sl": "sl", "rnn": None, "rnn_psl": "psl", "rnn_own": "own"}
 PRESETS = Path(__file__).resolve().parent / "presets"
 
 
@@ -35,12 +36,14 @@ class SudokuConfig(RunConfig):
     n_missing: int = spec(10, min=1, max=64, help="blank cells per generated puzzle (paper: 10); at most "
                                                   "size^2 minus the fewest givens of a unique puzzle (4, 8, 17)")
     satnet_dist: bool = spec(False, help="generate with 31..42 givens (SATNet's distribution) instead of n_missing")
-    data_seed: int = spec(1234, min=0, help="seed of the generated data set (the same for every model seed)")
+    data_seed: int = spec(1234, min=0, help="seed of the generated data set (the same for every model seed; with "
+                                            "split = balanced each model seed's split is drawn from it and the seed)")
     # optimisation (paper: Adam, lr 3e-4)
     epochs: int = spec(50, min=1)
     lr: float = spec(3e-4, min=0.0)
     sl_weight: float = spec(0.05, min=0.0, help="ConvNet + SL: weight of the semantic loss")
-    psl_weight: float = spec(0.05, min=0.0, help="RNN + PSL: weight of the pseudo-semantic loss (paper: 0.01, 0.05)")
+    psl_weight: float = spec(0.05, min=0.0, help="RNN + PSL: weight of the pseudo-semantic loss (paper: 0.01, 0.05); "
+                                                 "also of the own-sample cross-entropy of rnn_own, its control")
     psl_examples: int | None = spec(None, min=1, help="PSL on the first m examples of each batch (default: all)")
     constraint: str = spec("puzzle", choices=("puzzle", "groups"),
                            help="what the SL/PSL maximise: puzzle (the whole constraint, every row, column and box "
@@ -56,12 +59,14 @@ class SudokuConfig(RunConfig):
                                      "split = grids on relabelled digits only")
 
     # the split's solution grids (split.py): which solutions the test puzzles may share with training
-    split: str = spec("random", choices=("random", "grids"),
+    split: str = spec("random", choices=("random", "grids", "balanced"),
                       help="random: the generated puzzles in order, so test solution grids may occur in training "
                            "(in the cpu preset's data 271 of the 279 distinct test grids do); grids: train / "
                            "validation / test solutions from disjoint classes of grids under relabelling digits "
-                           "(4x4: 8 / 2 / 2 of the 12 classes), and augment relabels digits only, so no test "
-                           "solution grid occurs in training up to relabelling digits")
+                           "(4x4: 8 / 2 / 2 of the 12 classes), one draw of the classes (data_seed) for every model "
+                           "seed, and augment relabels digits only, so no test solution grid occurs in training up to "
+                           "relabelling digits; balanced: the same, but each model seed draws its own classes, on 4x4 "
+                           "one of either grid type for validation and for test")
 
     # models
     conv_channels: int = spec(64, min=1)
@@ -92,9 +97,10 @@ class SudokuConfig(RunConfig):
         if self.size != 9 and (self.satnet_dist or self.data.startswith("satnet:")):
             raise ConfigError(f"size = {self.size}: SATNet's puzzles (data = 'satnet:...', satnet_dist) are 9x9; "
                               f"use size = 9, or data = 'generate' / 'csv:<file>'")
-        if self.split == "grids" and self.data != "generate":
-            raise ConfigError(f"split = 'grids' draws each split's puzzles from its own generated solution grids; "
-                              f"data = {self.data!r} is read as it is: use data = 'generate', or split = 'random'")
+        if self.split != "random" and self.data != "generate":
+            raise ConfigError(f"split = {self.split!r} draws each split's puzzles from its own generated solution "
+                              f"grids; data = {self.data!r} is read as it is: use data = 'generate', or split = "
+                              f"'random'")
 
 
     def validation_size(self) -> int:

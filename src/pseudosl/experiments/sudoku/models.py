@@ -18,7 +18,8 @@ and ``s`` digits in place of 81 and 9.
   The paper states input size 9; the 10 extra step inputs are our addition: without them
   the RNN must recall the given digit of cell ``t`` from an initial state 81 steps back,
   which a 128-unit Elman RNN does poorly, so it would spend its capacity on copying.
-  RNN + PSL adds the pseudo-semantic loss around a sample from the model.
+  RNN + PSL adds the pseudo-semantic loss around a sample from the model; ``rnn_own``, its control, the
+  cross-entropy of the solution after the model's own sample (:meth:`SudokuRNN.prefix_nll`).
 """
 
 from __future__ import annotations
@@ -119,6 +120,12 @@ class SudokuRNN(StructuredModel):
     def greedy(self, puzzles: Tensor) -> Tensor:
         return self.generate(puzzles, greedy=True) - 1                      # (B, 81) classes, the givens kept
 
+    def prefix_nll(self, puzzles: Tensor, solutions: Tensor, prefix: Tensor) -> Tensor:
+        """``-log p(solution_t | prefix_<t, puzzle)`` per cell ``(B, 81)``: the solution's digits scored after the
+        classes ``prefix`` (e.g. the model's own sample), teacher-forced on the prefix (train mode as ``fit``)."""
+        logits = self(puzzles, prefix + 1)                                   # (B, 81, 9), inputs: the prefix
+        return F.cross_entropy(logits.transpose(1, 2), solutions - 1, reduction="none")
+
     def psl_inputs(self, fit: Fit, m: int):
         # the engine of the local conditionals p(y_i | y_-i, x), (m, 81, 9), and its sample y ~ p(. | x), givens kept,
         # drawn as the conditionals are computed: in eval mode (dropout off), whatever the module's mode
@@ -128,9 +135,9 @@ class SudokuRNN(StructuredModel):
 
 
 def build_model(name: str, cfg) -> nn.Module:
-    """``convnet`` / ``convnet_sl`` -> :class:`ConvNet`; ``rnn`` / ``rnn_psl`` -> :class:`SudokuRNN`."""
+    """``convnet`` / ``convnet_sl`` -> :class:`ConvNet`; ``rnn`` / ``rnn_psl`` / ``rnn_own`` -> :class:`SudokuRNN`."""
     if name in ("convnet", "convnet_sl"):
         return ConvNet(cfg.conv_channels, cfg.conv_layers, cfg.conv_dropout, cfg.size)
-    if name in ("rnn", "rnn_psl"):
+    if name in ("rnn", "rnn_psl", "rnn_own"):
         return SudokuRNN(cfg.rnn_hidden, cfg.rnn_layers, cfg.rnn_dropout, size=cfg.size)
-    raise ValueError(f"unknown model {name!r}; choose from convnet, convnet_sl, rnn, rnn_psl")
+    raise ValueError(f"unknown model {name!r}; choose from convnet, convnet_sl, rnn, rnn_psl, rnn_own")

@@ -5,7 +5,8 @@
     accelerate launch -m pseudosl.cli sudoku train --quick
 
 Models (``models.py``): ``convnet`` (cross-entropy), ``convnet_sl`` (+ semantic loss),
-``rnn`` (teacher-forced cross-entropy), ``rnn_psl`` (+ pseudo-semantic loss).  Boards of side
+``rnn`` (teacher-forced cross-entropy), ``rnn_psl`` (+ pseudo-semantic loss), ``rnn_own`` (the PSL's control: +
+the cross-entropy of the solution after the model's own sample, no rules).  Boards of side
 ``cfg.size`` (9, or 4 / 6 for the CPU regime).  Metrics, greedy decoding on the test split: Exact
 (grid == the stored solution), Consistent (every row, column and box distinct and the givens kept:
 a valid completion, whichever) and the accuracy on blank cells.  Generated puzzles have a unique
@@ -24,33 +25,42 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from ..config import model_variant, split_model
 from ..experiment import Experiment, Splits
 from ..harness import train as harness_train
-from ..objective import ConstrainedObjective, ConstraintTerm
+from ..objective import CIRCUIT_FREE, ConstrainedObjective, ConstraintTerm
+from ..summary import CHOSEN
 from .config import CONSTRAINT_LOSS, PRESETS, SudokuConfig
 from .constraint import BOARD_SIZES, board_circuit, givens_mask, is_consistent, puzzle_circuits, sudoku_circuit
 from .data import SudokuData, load_csv, load_or_generate, load_satnet
 from .decoding import DECODERS, check_decoder, decode
 from .models import build_model
-from .split import augmentation, load_or_generate_part
+from .split import GRID_SPLITS, augmentation, load_or_generate_part, split_seed
 
 __all__ = ["SudokuExperiment", "Objective", "constraint_circuit", "load_data", "predict", "evaluate", "main", "PAPER",
            "LABELS"]
 
 PAPER = {"convnet": {"exact": 16.80}, "convnet_sl": {"exact": 22.10}, "rnn": {"exact": 22.40},
          "rnn_psl": {"exact": 28.20}}
-LABELS = {"convnet": "ConvNet", "convnet_sl": "ConvNet + SL", "rnn": "RNN", "rnn_psl": "RNN + PSL"}
+PSL_CHOSEN = f"rnn_psl@psl_weight={CHOSEN}"  # the PSL row whose weight each seed chose on validation
+LABELS = {"convnet": "ConvNet", "convnet_sl": "ConvNet + SL", "rnn": "RNN", "rnn_psl": "RNN + PSL",
+          "rnn_own": "RNN + own-sample CE"}
 
 
 # -- data -----------------------------------------------------------------------------------------
-def load_data(cfg: SudokuConfig) -> tuple[SudokuData, SudokuData | None, SudokuData]:
-    """Train, validation (``None`` when ``n_val = 0``) and test splits.  ``split = "random"``: in that order of
-    the data set, the first ``n_train`` puzzles train, the next ``n_test`` test, the next ``n_val`` validate (so
-    the test split is the same whatever ``n_val``); ``"grids"``: each from its own classes of solution grids
+def load_data(cfg: SudokuConfig, seed: int | None = None) -> tuple[SudokuData, SudokuData | None, SudokuData]:
+    """Train, validation (``None`` when ``n_val = 0``) and test splits (of model seed ``seed``: ``split =
+    "balanced"`` draws a split per model seed, and needs it).  ``split = "random"``: in that order of the data set,
+    the first ``n_train`` puzzles train, the next ``n_test`` test, the next ``n_val`` validate (so the test split is
+    the same whatever ``n_val``); ``"grids"`` / ``"balanced"``: each from its own classes of solution grids
     (:mod:`.split`; the test split is the same whatever ``n_train`` and ``n_val``)."""
-    if cfg.split == "grids":  # config.check: data = "generate"
-        train, val, test = (load_or_generate_part(part, k, cfg.n_missing, cfg.data_seed, cfg.satnet_dist,
-                                                  cfg.data_dir, cfg.size) if k else None
+    if cfg.split in GRID_SPLITS:  # config.check: data = "generate"
+        balanced = cfg.split == "balanced"
+        if balanced and seed is None:
+            raise ValueError("split = 'balanced' draws a split per model seed: pass the seed")
+        data_seed = split_seed(cfg.data_seed, seed) if balanced else cfg.data_seed
+        train, val, test = (load_or_generate_part(part, k, cfg.n_missing, data_seed, cfg.satnet_dist,
+                                                  cfg.data_dir, cfg.size, balanced) if k else None
                             for part, k in (("train", cfg.n_train), ("val", cfg.n_val), ("test", cfg.n_test)))
         return train, val, test
     n = cfg.n_train + cfg.n_test + cfg.n_val
@@ -72,14 +82,15 @@ def load_data(cfg: SudokuConfig) -> tuple[SudokuData, SudokuData | None, SudokuD
 class Objective(ConstrainedObjective):
     """Cross-entropy on the solution + weight x (SL or PSL, as :data:`~.config.CONSTRAINT_LOSS` configures the model
     ``name``) of the Sudoku rules (``cfg.constraint``: :func:`constraint_circuit`), the givens as ``cfg.givens``
-    says; the shared objective (:mod:`..objective`)."""
+    says; for ``rnn_own`` (the PSL's control) ``psl_weight x`` the solution's cross-entropy after the model's own
+    sample, on the cells the PSL scores; the shared objective (:mod:`..objective`)."""
 
     def __init__(self, model: nn.Module, name: str, cfg: SudokuConfig) -> None:
         loss = CONSTRAINT_LOSS[name]
         term = None if loss is None else ConstraintTerm(
-            loss, {"sl": cfg.sl_weight, "psl": cfg.psl_weight}[loss], cfg.psl_examples,
+            loss, {"sl": cfg.sl_weight, "psl": cfg.psl_weight, "own": cfg.psl_weight}[loss], cfg.psl_examples,
             allowed=None if cfg.givens == "ignore" else givens_mask, condition=cfg.givens == "condition")
-        super().__init__(model, term, constraint_circuit(cfg) if term else None,
+        super().__init__(model, term, constraint_circuit(cfg) if term and loss not in CIRCUIT_FREE else None,
                          augmentation(cfg.split) if cfg.augment else None)
         self.name, self.cfg = name, cfg
 
@@ -135,23 +146,67 @@ def evaluate(model: nn.Module, data: SudokuData, accelerator: Any, batch_size: i
 
 
 # -- the experiment ---------------------------------------------------------------------------------
+def _splits(train: SudokuData, val: SudokuData | None, test: SudokuData, desc: str) -> Splits:
+    return Splits(TensorDataset(train.puzzles, train.solutions), val, test, desc)
+
+
 class SudokuExperiment(Experiment[SudokuConfig]):
     name = "sudoku"
     config_class = SudokuConfig
     labels = LABELS
     metrics = ("exact", "consistent", "blank_acc")
-    baselines = {"convnet_sl": "convnet", "rnn_psl": "rnn"}
+    # compared seed by seed: Exact and blank accuracy (on generated puzzles, which have one completion each,
+    # Consistent is Exact again; the table still shows it)
+    comparison_metrics = ("exact", "blank_acc")
+    baselines = {"convnet_sl": "convnet", "rnn_psl": "rnn", "rnn_own": "rnn"}
     decoders = DECODERS
     paper = PAPER
     presets = PRESETS
 
+    def chosen_rows(self, cfg: SudokuConfig) -> dict[str, list[str]]:
+        """With several PSL weights (``rnn_psl@psl_weight=...`` rows, no other override), the row of the weight
+        chosen per seed on validation: ``rnn_psl@psl_weight=chosen``."""
+        grid = [m for m in cfg.models if split_model(m)[0] == "rnn_psl" and set(split_model(m)[1]) == {"psl_weight"}]
+        return {PSL_CHOSEN: grid} if len(grid) > 1 else {}
+
+    def primary(self, cfg: SudokuConfig) -> tuple[str, str, str] | None:
+        """RNN + PSL (at the weight chosen on validation, with a grid) vs the RNN on Exact, the paper's metric."""
+        psl = PSL_CHOSEN if self.chosen_rows(cfg) else next((m for m in cfg.models if m == "rnn_psl"), None)
+        return (psl, "rnn", "exact") if psl and "rnn" in cfg.models else None
+
+    def contrasts(self, cfg: SudokuConfig) -> list[tuple[str, str]]:
+        """What the constrained loss brings beyond its controls: the PSL row with the config's own weight and givens
+        against ``rnn_own`` (own-sample training without the rules) and against the PSL with other givens (e.g.
+        ``givens = ignore``, the rules alone); ConvNet + SL against the SL with other givens."""
+        def variants(base: str) -> list[tuple[str, SudokuConfig]]:
+            return [(m, model_variant(cfg, m)[1]) for m in cfg.models if split_model(m)[0] == base]
+
+        out = []
+        for loss, controls in (("rnn_psl", ["rnn_own"]), ("convnet_sl", [])):
+            rows = variants(loss)
+            own = [m for m, c in rows if (c.psl_weight, c.sl_weight, c.givens) == (cfg.psl_weight, cfg.sl_weight,
+                                                                                     cfg.givens)]
+            if not own:
+                continue
+            others = [m for m, c in rows if c.givens != cfg.givens]
+            out += [(own[0], other) for other in [m for m in cfg.models if split_model(m)[0] in controls] + others]
+        return out
+
     def load_data(self, cfg: SudokuConfig) -> Splits:
-        train, val, test = load_data(cfg)
+        """The splits; with ``split = "balanced"`` those of the first model seed, and every seed's own through
+        ``Splits.of_seed``."""
+        per_seed = cfg.split == "balanced"
+        train, val, test = load_data(cfg, cfg.seeds[0] if per_seed else None)
         blanks = (train.puzzles == 0).sum(1).float().mean()
         desc = (f"{cfg.size}x{cfg.size} boards, {len(train)} train / {len(val) if val is not None else 0} validation / "
                 f"{len(test)} test puzzles, {blanks:.1f} blanks on average"
-                + (", solution grids disjoint up to relabelling digits" if cfg.split == "grids" else ""))
-        return Splits(TensorDataset(train.puzzles, train.solutions), val, test, desc)
+                + (", solution grids disjoint up to relabelling digits" if cfg.split in GRID_SPLITS else "")
+                + (f", each model seed its own split (seed {cfg.seeds[0]}'s here), balanced over the grid types"
+                   if per_seed else ""))
+        splits = _splits(train, val, test, desc)
+        if per_seed:
+            splits.for_seed = lambda seed: _splits(*load_data(cfg, seed), desc)
+        return splits
 
     def build_model(self, name: str, cfg: SudokuConfig) -> nn.Module:
         return build_model(name, cfg)
