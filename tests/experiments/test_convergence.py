@@ -186,3 +186,61 @@ def test_train_reports_training_length_and_the_effect_over_the_budget(tmp_path):
     from pseudosl.experiments.harness import evaluate_checkpoints
     (again,) = evaluate_checkpoints(SudokuExperiment(), out)["tables"]   # eval reads the lengths from checkpoints
     assert again["training"] == res["training"]
+
+
+def test_the_patience_reading_is_what_early_stopping_tests_and_last_reads_the_last_epoch(tmp_path):
+    """One training to a common budget read two ways: ``test_checkpoint = last`` tests the model at the last epoch
+    (the history's last test values; eval and the checkpoint agree), and ``patience_reading = P`` gives, run by run,
+    the metrics, selected epoch and stop of a run trained with ``patience = P`` (the same seed and data)."""
+    from pseudosl.cli import main as cli
+    from pseudosl.experiments.harness import evaluate_checkpoints
+    tiny = [*TINY, "--lr", "0.01", "--data-dir", str(tmp_path / "d")]
+    cli(["sudoku", "train", "--quick", *tiny, "--epochs", "5", "--test-checkpoint", "last", "--patience-reading", "1",
+         "--out", str(tmp_path / "budget")])
+    cli(["sudoku", "train", "--quick", *tiny, "--epochs", "5", "--patience", "1", "--out", str(tmp_path / "stop")])
+    budget = json.loads((tmp_path / "budget" / "results.json").read_text())
+    stop = json.loads((tmp_path / "stop" / "results.json").read_text())
+    exp = SudokuExperiment()
+    for r in budget["runs"]:
+        assert r["epochs_trained"] == r["selected_epoch"] == 5 and r["selected_on"] == ""
+        assert [r[m] for m in exp.metrics] == [r["history"][-1][f"test_{m}"] for m in exp.metrics]
+    read = budget["patience_reading"]
+    assert read["patience"] == 1 and read["summary"] == stop["summary"]
+    assert read["comparisons"] == stop["comparisons"] and read["training"] == stop["training"]["rows"]
+    table = (tmp_path / "budget" / "table.txt").read_text()
+    assert "Read under the patience rule instead (patience 1" in table
+    assert "A common budget of 5 epochs for every row (test_checkpoint = last" in table
+    assert "Still improving at the end of the budget? Test exact, per seed the mean over epochs 5–5" in table
+    (again,) = evaluate_checkpoints(exp, tmp_path / "budget")["tables"]  # eval tests the last epoch's weights too
+    assert {(r["model"], r["seed"]): r["exact"] for r in again["runs"]} == {
+        (r["model"], r["seed"]): r["exact"] for r in budget["runs"]}
+
+
+def test_a_common_budget_and_its_readings_refuse_contradictions():
+    from pseudosl.experiments.config import ConfigError
+    with pytest.raises(ConfigError, match="test_checkpoint = 'last' reads every run at the last of its 10 epochs, but "
+                                          "patience = 3 ends runs early"):
+        SudokuConfig(epochs=10, n_val=8, patience=3, test_checkpoint="last")
+    with pytest.raises(ConfigError, match="patience_reading = 2 reads the validation history, but n_val = 0"):
+        SudokuConfig(patience_reading=2)
+    with pytest.raises(ConfigError, match="test_checkpoint = 'best': expected one of 'best_validation', 'last'"):
+        SudokuConfig(test_checkpoint="best")
+    a = SudokuConfig(n_val=8)
+    assert SudokuConfig(n_val=8, test_checkpoint="last", patience_reading=4).content_key() == a.content_key()
+
+
+def test_late_change_is_the_t_interval_of_the_last_window_minus_the_one_before():
+    from pseudosl.experiments.convergence import format_late_change, late_change
+    exp = SudokuExperiment()
+    rising = [_run("rnn", s, [0] * 8, [10, 20, 30, 40, 50 + s, 60, 70, 80 + 2 * s]) for s in range(3)]
+    flat = [_run("rnn_psl", s, [0] * 8, [50, 50, 50, 50, 50 + s, 50 - s, 50, 50]) for s in range(3)]
+    c = late_change(rising, "rnn", "exact", 8, 2)
+    d = np.array([(70 + 80 + 2 * s) / 2 - (50 + s + 60) / 2 for s in range(3)])
+    half = T975[2] * d.std(ddof=1) / math.sqrt(3)
+    assert c["n"] == 3 and c["mean"] == pytest.approx(d.mean()) and c["ci95"] == pytest.approx([d.mean() - half,
+                                                                                                d.mean() + half])
+    text = format_late_change(exp, rising + flat, ["rnn", "rnn_psl"], "exact", 8)
+    assert "  RNN        +20.50 [" in text and "still improving" in text.splitlines()[1]
+    assert "1 row(s) still improving beyond the interval at the end of the budget: RNN;" in text
+    assert "Every row had stopped" in format_late_change(exp, flat, ["rnn_psl"], "exact", 8)
+    assert late_change(rising, "rnn", "exact", 8, 5) is None  # no two full windows

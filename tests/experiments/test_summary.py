@@ -218,3 +218,86 @@ def test_many_metrics_make_several_comparison_tables():
     assert "C vs A" in tables[0] and "C vs A" not in tables[1]        # C compares m0, m1 only
     assert tables[1].splitlines()[1].split()[:5] == ["B", "vs", "A", "3", "-2.00"]
     assert "better" in tables[1] and "n.d." in tables[0]
+
+
+def test_p_values_are_the_paired_t_tests_and_holm_steps_down():
+    from scipy.stats import ttest_rel
+
+    from pseudosl.experiments.summary import holm, paired_p_value
+    rng = np.random.default_rng(0)
+    for n in (3, 5, 12):
+        a, b = rng.normal(60, 5, n), rng.normal(62, 5, n)
+        assert paired_p_value(list(b - a)) == pytest.approx(ttest_rel(b, a).pvalue, rel=1e-10)
+    assert math.isnan(paired_p_value([1.0])) and paired_p_value([0.0, 0.0]) == 1 and paired_p_value([2.0, 2.0]) == 0
+    # Holm by hand: sorted 0.01, 0.02, 0.03, 0.04 times 4, 3, 2, 1, made monotone
+    assert holm([0.04, 0.01, 0.03, 0.02]) == pytest.approx([0.06, 0.04, 0.06, 0.06])
+    assert holm([0.5, float("nan"), 0.001]) == pytest.approx([0.5, float("nan"), 0.002], nan_ok=True)
+    assert holm([]) == [] and holm([0.9, 0.8]) == [1.0, 1.0]
+
+
+def test_power_matches_simulated_t_tests_and_its_inverses():
+    """The noncentral-t power against 20 000 simulated paired t-tests (normal differences), and the detectable
+    difference and the seeds needed as its inverses."""
+    from scipy.stats import ttest_1samp
+
+    from pseudosl.experiments.summary import detectable_difference, seeds_for_power, t_test_power
+    rng = np.random.default_rng(1)
+    for effect, std, n in ((3.0, 6.0, 12), (2.0, 5.0, 5), (5.0, 4.0, 6)):
+        sims = rng.normal(effect, std, (20_000, n))
+        rejected = (ttest_1samp(sims, 0.0, axis=1).pvalue < 0.05).mean()
+        assert t_test_power(effect, std, n) == pytest.approx(rejected, abs=0.01)   # 3.5 standard errors of the MC
+        assert t_test_power(-effect, std, n) == t_test_power(effect, std, n)
+    d = detectable_difference(6.0, 12)
+    assert t_test_power(d, 6.0, 12) == pytest.approx(0.8, abs=1e-9) and t_test_power(0.99 * d, 6.0, 12) < 0.8
+    need = seeds_for_power(3.0, 6.0)
+    assert t_test_power(3.0, 6.0, need) >= 0.8 > t_test_power(3.0, 6.0, need - 1)
+    assert seeds_for_power(0.0, 1.0) is None and math.isnan(t_test_power(1.0, 0.0, 5))
+    assert math.isnan(detectable_difference(1.0, 1))
+
+
+def test_a_weight_grid_reads_as_one_row_chosen_per_seed_on_validation():
+    from pseudosl.experiments.summary import choose_on_validation, model_label
+    exp, cfg = SudokuExperiment(), SudokuConfig(n_val=8)
+
+    def run(model, seed, val, test):
+        return {"model": model, "seed": seed, "exact": test, "consistent": test, "blank_acc": test,
+                "selected_epoch": 2, "history": [{"epoch": 1, "val_exact": 99.0, "val_consistent": 0.0,
+                                                   "val_blank_acc": 0.0},
+                                                  {"epoch": 2, "val_exact": val, "val_consistent": 0.0,
+                                                   "val_blank_acc": 0.0}]}
+    runs = [run("w1", 0, 10.0, 50.0), run("w2", 0, 20.0, 40.0), run("w1", 1, 30.0, 70.0), run("w2", 1, 30.0, 90.0),
+            run("w1", 2, 5.0, 1.0)]                          # seed 2 lacks w2: not a row of the choice
+    chosen = choose_on_validation(exp, cfg, runs, ["w1", "w2"], "rnn_psl@psl_weight=chosen")
+    assert [(r["seed"], r["chosen"], r["exact"]) for r in chosen] == [(0, "w2", 40.0), (1, "w1", 70.0)]  # a tie: first
+    assert all(r["model"] == "rnn_psl@psl_weight=chosen" for r in chosen)
+    assert model_label(exp, "rnn_psl@psl_weight=chosen") == "RNN + PSL (psl_weight chosen on validation)"
+
+
+def test_the_primary_comparison_stays_out_of_the_holm_family_and_states_its_power():
+    from pseudosl.experiments.summary import (detectable_difference, format_primary, holm, holm_adjust,
+                                              seeds_for_power, t_test_power)
+    exp = SudokuExperiment()
+    base = [60.0, 55.0, 70.0, 65.0, 58.0, 62.0]
+    runs = _runs({"rnn": base, "rnn_psl": [b + d for b, d in zip(base, [4.0, 1.0, 6.0, -1.0, 3.0, 2.0])],
+                  "convnet": base, "convnet_sl": [b + d for b, d in zip(base, [1.0, -2.0, 0.5, -1.0, 3.0, 0.0])]})
+    rows = ["convnet", "convnet_sl", "rnn", "rnn_psl"]
+    rows_decoded = [{**r, "model": r["model"] + "|constrained"} for r in runs]
+    comps = holm_adjust(paired_comparisons(exp, runs + rows_decoded, rows + [r + "|constrained" for r in rows]),
+                        ("rnn_psl", "rnn", "exact"))
+    family = [c for c in comps if c["p_holm"] is not None]
+    assert {(c["model"], c["metric"]) for c in family} == {("convnet_sl", "exact"), ("convnet_sl", "blank_acc"),
+                                                           ("rnn_psl", "blank_acc")}   # no decoder row, no primary
+    assert [c["p_holm"] for c in family] == pytest.approx(holm([c["p"] for c in family]))
+    text = format_primary(exp, comps, ("rnn_psl", "rnn", "exact"), runs)
+    (psl,) = [c for c in comps if (c["model"], c["base"], c["metric"]) == ("rnn_psl", "rnn", "exact")]
+    assert text.startswith("Primary comparison (named before the runs; tested on its own at 0.05, outside the Holm "
+                           "family): RNN + PSL vs RNN, exact: +2.50 points [")
+    assert f"over 6 paired seeds, p = {psl['p']:.3f}: n.d. (not distinguishable from its base)." in text
+    power = t_test_power(2.5, psl["std"], 6)
+    assert (f"Power at the observed spread (std 2.43 points of the per-seed differences): {power * 100:.0f} % to "
+            f"detect a difference of the observed size; 6 seeds detect ±{detectable_difference(psl['std'], 6):.2f} "
+            f"points with 80 % power; the observed difference would need {seeds_for_power(2.5, psl['std'])} "
+            f"seeds.") in text
+    assert format_primary(exp, comps, ("rnn_own", "rnn", "exact"), runs) == ""
+    assert "p_H" in format_comparisons(exp, comps) and "Holm-adjusted over the 3 comparisons" in \
+        format_comparisons(exp, comps, primary_left_out=True)

@@ -254,7 +254,7 @@ def _train(exp: Experiment, cfg: RunConfig, out: Path, accelerator: Any, resume:
     summary = tables["summary"]
     result = {"experiment": exp.name, "config": cfg.to_dict(), "content_key": cfg.content_key(), "summary": summary,
               "comparisons": tables["comparisons"], "findings": tables["findings"], "training": tables["training"],
-              "paired_by_epoch": tables["paired_by_epoch"],
+              "paired_by_epoch": tables["paired_by_epoch"], "patience_reading": tables["patience_reading"],
               "paper": exp.paper, "wall_s": wall_calls[-1], "wall_s_calls": wall_calls,
               "world_size": accelerator.num_processes,
               "machine": _machine(), "runs": [{k: v for k, v in r.items() if k != "predictions"} for r in runs]}

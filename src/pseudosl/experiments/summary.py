@@ -198,7 +198,8 @@ def t_test_power(effect: float, std: float, n: int, alpha: float = ALPHA) -> flo
         return float("nan")
     q = student_t_quantile(1 - alpha / 2, n - 1)
     nc = abs(effect) / (std / math.sqrt(n))
-    return float(nct.sf(q, n - 1, nc) + nct.cdf(-q, n - 1, nc))
+    wrong_side = nct.cdf(-q, n - 1, nc)  # rejecting on the other side: tiny for nc >= 0 (scipy's NaN there is 0)
+    return float(nct.sf(q, n - 1, nc) + (0.0 if wrong_side != wrong_side else wrong_side))
 
 
 def detectable_difference(std: float, n: int, power: float = POWER, alpha: float = ALPHA) -> float:
@@ -207,7 +208,9 @@ def detectable_difference(std: float, n: int, power: float = POWER, alpha: float
     from scipy.optimize import brentq
     if n < 2 or not std > 0:
         return float("nan")
-    return float(brentq(lambda d: t_test_power(d, std, n, alpha) - power, 1e-12 * std, 100 * std))
+    se = std / math.sqrt(n)  # the power is ~1 at a noncentrality 10 beyond the critical value (and NaN far past it)
+    return float(brentq(lambda d: t_test_power(d, std, n, alpha) - power, 1e-12 * se,
+                        (student_t_quantile(1 - alpha / 2, n - 1) + 10) * se))
 
 
 def seeds_for_power(effect: float, std: float, power: float = POWER, alpha: float = ALPHA,
@@ -450,8 +453,8 @@ def format_primary(exp: Experiment, comparisons: list[dict], primary: tuple[str,
     if power == power:
         need = seeds_for_power(c["mean"], c["std"])
         text += (f" Power at the observed spread (std {c['std']:.2f}{pts} of the per-seed differences): "
-                 f"{power:.0%} to detect a difference of the observed size; {c['n']} seeds detect "
-                 f"±{mde:.2f}{pts} with {POWER:.0%} power; the observed difference would need "
+                 f"{power * 100:.0f} % to detect a difference of the observed size; {c['n']} seeds detect "
+                 f"±{mde:.2f}{pts} with {POWER * 100:.0f} % power; the observed difference would need "
                  + (f"{need} seeds." if need else "more seeds than are countable."))
     return text
 

@@ -213,3 +213,65 @@ def test_puzzle_constraint_needs_the_givens_beyond_4x4():
     assert SudokuConfig(preset="test", givens="ignore", constraint="groups").constraint == "groups"
     a, b = (SudokuConfig(preset="test", constraint=c) for c in ("puzzle", "groups"))
     assert a.content_key() != b.content_key()                                         # a training field
+
+
+def prefix_conditionals(model, puzzles: torch.Tensor, prefix: torch.Tensor, positions: list[int]) -> torch.Tensor:
+    """``(B, len(positions), k)`` ``log p(y_i = c | prefix_<i, x)`` of the eval-mode model by enumeration: the
+    joint of every sequence that starts with ``prefix_<i, c``, summed over every suffix, normalised over ``c``."""
+    k, n = model.size, prefix.shape[1]
+    ctx, steps = model.conditioning(puzzles)
+    out = torch.empty(len(prefix), len(positions), k, dtype=torch.float64)
+    with torch.no_grad():
+        for b in range(len(prefix)):
+            for j, i in enumerate(positions):
+                tails = torch.tensor(list(itertools.product(range(k), repeat=n - i - 1)),
+                                     dtype=torch.long).reshape(k ** (n - i - 1), n - i - 1)
+                for c in range(k):
+                    z = torch.cat([prefix[b, :i].expand(len(tails), -1), torch.full((len(tails), 1), c), tails], 1)
+                    out[b, j, c] = model.decoder.log_joint(z, ctx[b:b + 1].expand(len(z), -1),
+                                                           steps[b:b + 1].expand(len(z), -1, -1)).logsumexp(0)
+    return out.log_softmax(-1)
+
+
+@pytest.mark.parametrize("givens", ["condition", "conjoin"])
+def test_the_own_sample_control_is_the_label_after_the_models_sample(givens):
+    """``rnn_own``: ``-sum_i log p(solution_i | y_<i, x)`` over the blanks (condition) or every cell (conjoin), ``y``
+    the PSL's anchor (eval mode, givens kept), against enumeration of every suffix of ``y_<i, c`` (float64); the last
+    three cells blank so that the sums over suffixes stay small."""
+    torch.manual_seed(5)
+    cfg = _cfg(size=4, givens=givens, rnn_dropout=0.0)
+    solutions = generate(3, 1, seed=7, size=4).solutions
+    puzzles = solutions.clone()
+    puzzles[:, -3:] = 0
+    model = build_model("rnn_own", cfg).double().eval()
+    objective = Objective(model, "rnn_own", cfg)
+    assert objective.circuit is None and objective.term.loss == "own" and objective.term.weight == cfg.psl_weight
+    seen = {}
+    draw = model.psl_inputs
+
+    def spy(fit, m):
+        seen["sample"], engine = draw(fit, m)
+        return seen["sample"], engine
+    model.psl_inputs = spy
+    loss, parts = objective(puzzles, solutions)
+    sample = seen["sample"]
+    assert ((sample + 1 == puzzles) | (puzzles == 0)).all()
+    scored = [13, 14, 15] if givens == "condition" else list(range(13, 16))
+    cond = prefix_conditionals(model, puzzles, sample, scored)
+    want = -cond.gather(2, (solutions[:, scored] - 1)[..., None]).squeeze(-1).sum(1)
+    if givens == "conjoin":  # every cell scored: the first 13, given, after a prefix that is the solution's own
+        teacher = model(puzzles, solutions).log_softmax(-1)[:, :13].gather(2, (solutions[:, :13] - 1)[..., None])
+        want = want - teacher.squeeze(-1).sum(1)
+    torch.testing.assert_close(parts["own"], want.mean(), atol=ATOL64, rtol=RTOL64)
+    torch.testing.assert_close(loss, parts["data"] + cfg.psl_weight * parts["own"], atol=ATOL64, rtol=RTOL64)
+
+
+def test_the_own_sample_control_needs_an_autoregressive_model():
+    from pseudosl.experiments.objective import ConstrainedObjective, ConstraintTerm
+    cfg = _cfg(size=4)
+    with pytest.raises(ValueError, match="loss = 'own' on a factorized ConvNet"):
+        ConstrainedObjective(build_model("convnet", cfg), ConstraintTerm("own", 0.1))
+    with pytest.raises(ValueError, match="the term 'own' takes no circuit"):
+        ConstrainedObjective(build_model("rnn", cfg), ConstraintTerm("own", 0.1), board_circuit(4))
+    with pytest.raises(ValueError, match="loss = 'rules'"):
+        ConstraintTerm("rules", 0.1)

@@ -1,5 +1,6 @@
-"""The grid split (split = "grids"): solution-grid classes under relabelling digits, disjoint between the splits,
-closed under the augmentation it trains with; its puzzles, determinism, cache entries and config refusals."""
+"""The grid splits (split = "grids", "balanced"): solution-grid classes under relabelling digits, disjoint between
+the splits, closed under the augmentation they train with; the balanced split's grid types and its draw per model
+seed; their puzzles, determinism, cache entries and config refusals."""
 
 import itertools
 
@@ -12,8 +13,8 @@ from pseudosl.experiments.sudoku.config import load_config
 from pseudosl.experiments.sudoku.data import (augment, count_solutions, generate, is_valid_solution, load_or_generate,
                                               relabel_digits)
 from pseudosl.experiments.sudoku.split import (PARTS, all_grids, augmentation, canonical_form, generate_part,
-                                               load_or_generate_part, part_of)
-from pseudosl.experiments.sudoku.train import Objective, load_data
+                                               grid_types, load_or_generate_part, part_of, split_seed)
+from pseudosl.experiments.sudoku.train import Objective, SudokuExperiment, load_data
 
 
 def _classes(grids) -> set[bytes]:
@@ -127,8 +128,9 @@ def test_the_grids_augmentation_keeps_a_training_grid_in_its_class(size):
         _, full = augmentation("random")(train.puzzles, train.solutions)
         left |= bool((canonical_form(full.numpy()) != classes).any(1).any())
     assert left  # every symmetry would carry training grids into other classes
-    with pytest.raises(ValueError, match="split = 'both': expected one of 'random', 'grids'"):
+    with pytest.raises(ValueError, match="split = 'both': expected one of 'random', 'grids', 'balanced'"):
         augmentation("both")
+    assert augmentation("balanced") is relabel_digits
 
 
 def test_load_data_and_the_cache_under_the_grid_split(tmp_path):
@@ -159,6 +161,79 @@ def test_contradictory_split_settings_are_refused_by_name():
                                           r"solution grids; data = 'csv:x.csv' .*use data = 'generate', or "
                                           r"split = 'random'"):
         load_config(data="csv:x.csv", split="grids")
-    with pytest.raises(ConfigError, match=r"split = 'pool': expected one of 'random', 'grids'"):
+    with pytest.raises(ConfigError, match=r"split = 'balanced' draws each split's puzzles from its own generated "):
+        load_config(data="csv:x.csv", split="balanced")
+    with pytest.raises(ConfigError, match=r"split = 'pool': expected one of 'random', 'grids', 'balanced'"):
         load_config(split="pool")
     assert load_config(data="csv:x.csv").split == "random"
+
+
+def _types_by_augmentation(draws: int = 3000) -> dict[bytes, int]:
+    """The oracle of the grid types: the 12 classes joined whenever a random full Sudoku symmetry (data.augment:
+    relabelling, rows within bands, bands, columns within stacks, stacks, transpose) maps a grid of one onto a grid
+    of another; 3000 draws per class reach each of its 128 geometric images with probability > 1 - 1e-9."""
+    grids = all_grids(4)
+    classes = [c.tobytes() for c in np.unique(canonical_form(grids), axis=0)]
+    parent = {c: c for c in classes}
+
+    def root(c: bytes) -> bytes:
+        while parent[c] != c:
+            c = parent[c]
+        return c
+    torch.manual_seed(0)
+    reps = torch.as_tensor(np.unique(canonical_form(grids), axis=0)).repeat(draws, 1)       # (12 * draws, 16)
+    _, images = augment(reps, reps)
+    for a, b in zip(canonical_form(reps.numpy()), canonical_form(images.numpy())):
+        parent[root(b.tobytes())] = root(a.tobytes())
+    names = {r: k for k, r in enumerate(dict.fromkeys(root(c) for c in classes))}
+    return {c: names[root(c)] for c in classes}
+
+
+def test_the_12_classes_form_two_grid_types_of_4_and_8():
+    truth = _types_by_augmentation()
+    classes = np.unique(canonical_form(all_grids(4)), axis=0)
+    types = grid_types(4)
+    assert sorted(np.bincount(types).tolist()) == [4, 8]
+    for a in range(12):
+        for b in range(12):  # the same partition as the oracle's, whatever the numbering
+            assert (types[a] == types[b]) == (truth[classes[a].tobytes()] == truth[classes[b].tobytes()])
+    grids = all_grids(4)
+    assert sorted(np.bincount(types[[np.flatnonzero((classes == c).all(1))[0]
+                                     for c in canonical_form(grids)]]).tolist()) == [96, 192]
+
+
+def test_the_balanced_split_gives_validation_and_test_one_class_of_either_type_per_seed():
+    grids = all_grids(4)
+    classes = np.unique(canonical_form(grids), axis=0)
+    type_of = {c.tobytes(): t for c, t in zip(classes, grid_types(4))}
+    tests = set()
+    for seed in range(8):
+        part = part_of(grids, split_seed(1234, seed), balanced=True)
+        per_part = [_classes(grids[part == k]) for k in range(len(PARTS))]
+        assert [len(c) for c in per_part] == [8, 2, 2] and not (per_part[0] & (per_part[1] | per_part[2]))
+        for k in (1, 2):  # validation and test: one class of each type
+            assert sorted(type_of[c] for c in per_part[k]) == [0, 1]
+        tests.add(tuple(sorted(per_part[2])))
+    assert len(tests) > 4  # each seed its own draw
+    assert split_seed(1234, 0) == split_seed(1234, 0) != split_seed(1234, 1) != split_seed(1235, 1)
+    assert np.array_equal(part_of(grids, 7), part_of(grids, 7, balanced=False))  # the fixed split is unchanged
+
+
+def test_each_model_seed_trains_and_is_tested_on_its_own_balanced_split(tmp_path):
+    cfg = load_config(size=4, n_train=40, n_val=10, n_test=20, split="balanced", seeds=[3, 4],
+                      data_dir=str(tmp_path))
+    splits = SudokuExperiment().load_data(cfg)
+    first, second = splits.of_seed(3), splits.of_seed(4)  # test classes 4, 8 and 3, 9 of the sorted 12
+    assert torch.equal(first.test.puzzles, splits.test.puzzles)  # the splits shown are the first seed's
+    assert not _classes(second.test.solutions.numpy()) == _classes(first.test.solutions.numpy())
+    for s, own in ((3, first), (4, second)):
+        train, val, test = load_data(cfg, s)
+        assert torch.equal(own.test.puzzles, test.puzzles) and torch.equal(own.val.solutions, val.solutions)
+        assert torch.equal(own.train.tensors[1], train.solutions)
+        assert not _classes(train.solutions.numpy()) & (_classes(val.solutions.numpy())
+                                                        | _classes(test.solutions.numpy()))
+    with pytest.raises(ValueError, match="split = 'balanced' draws a split per model seed: pass the seed"):
+        load_data(cfg)
+    fixed = SudokuExperiment().load_data(load_config(size=4, n_train=40, n_val=10, n_test=20, split="grids",
+                                                     data_dir=str(tmp_path)))
+    assert fixed.of_seed(3) is fixed and fixed.for_seed is None  # the named variant: one split for every seed
