@@ -67,9 +67,9 @@ def experiment_section(exp, cfg, result: dict, command: str, figures: Path, rel:
             figures.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, figures / f"{stem}-{kind}.png")
             pics.append(f"![{exp.name} {kind}]({rel}/{stem}-{kind}.png)")
+    from .experiments.harness import budget_words
     m = result["machine"]
-    budget = f"up to {cfg.epochs} epochs, patience {cfg.patience}" if cfg.patience else \
-        f"{cfg.epochs} epochs"
+    budget = budget_words(cfg)
     lines = [f"Command: `{command}` (config {result['content_key']}, seeds {cfg.seeds}, {budget}).",
              f"Machine: {m['device']}, torch {m['torch']}, {m['threads']} threads" + _load(m) + "; wall time "
              + _wall(result) + (f" ({cfg.jobs} runs at a time)" if cfg.jobs > 1 else "") + ".",

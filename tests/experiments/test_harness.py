@@ -291,7 +291,7 @@ def test_a_paper_shaped_block_keeps_the_comparisons_and_the_bar_chart(tmp_path):
     result = {"out": str(out), "content_key": "abcd1234", "wall_s": 60.0, "findings": "Paired by seed: lines\n\nnote",
               "machine": {"device": "cpu", "torch": "2", "threads": 1}, "runs": [{"model": "rnn", "wall_s": 1.0,
                                                                                    "cpu_s": 1.0}]}
-    cfg = SimpleNamespace(preset="cpu", seeds=[0], epochs=1, jobs=1, patience=None)
+    cfg = SimpleNamespace(preset="cpu", seeds=[0], epochs=1, jobs=1, patience=None, patience_reading=None)
     text = experiment_section(SudokuExperiment(), cfg, result, "pseudosl sudoku train", tmp_path / "figs", "figures")
     assert "| A | 1 |" in text and "```\nPaired by seed: lines\n\nnote\n```" in text and "the plain table" not in text
     assert text.index("sudoku-cpu-comparison.png") < text.index("sudoku-cpu-curves.png")

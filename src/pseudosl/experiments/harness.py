@@ -320,10 +320,19 @@ def _train_parallel(exp: Experiment, cfg: RunConfig, pairs: list[tuple[str, int]
 
 
 def _title(exp: Experiment, cfg: RunConfig, splits: Splits) -> str:
-    sel = "checkpoint selected on validation, " if splits.val is not None else ""
-    budget = f"up to {cfg.epochs} epochs, patience {cfg.patience}" if cfg.patience else f"{cfg.epochs} epochs"
+    sel = ("the model at the last epoch, " if cfg.test_checkpoint == "last" else
+           "checkpoint selected on validation, " if splits.val is not None else "")
+    budget = budget_words(cfg)
     return (f"{exp.name} (test split, {sel}mean ± std over seeds; preset {cfg.preset}, "
             f"config {cfg.content_key()}, {budget})")
+
+
+def budget_words(cfg: RunConfig) -> str:
+    """``"up to 100 epochs, patience 10"``, ``"80 epochs"``, ``"80 epochs (read again with patience 10)"``."""
+    if cfg.patience:
+        return f"up to {cfg.epochs} epochs, patience {cfg.patience}"
+    return f"{cfg.epochs} epochs" + (f" (read again with patience {cfg.patience_reading})"
+                                     if cfg.patience_reading else "")
 
 
 def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] | None = None,
