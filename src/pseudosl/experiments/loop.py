@@ -128,9 +128,9 @@ def train_run(exp: Experiment, cfg: RunConfig, name: str, seed: int, splits: Spl
         save(exp, shared, name, seed, state, unwrapped(), optimizer, ckpt_path, accelerator)
 
     model = unwrapped()
-    on_validation = state["best_model"] is not None and cfg.test_checkpoint == "best_validation"
-    if on_validation:  # test the checkpoint selected on the validation split (else the model at the last epoch)
-        model.load_state_dict(state["best_model"])
+    on_validation = cfg.test_checkpoint == "best_validation"  # else: test the model at the last epoch
+    if on_validation and state["best_model"] is not None:  # the checkpoint selected on the validation split (a run
+        model.load_state_dict(state["best_model"])           # packed as finished holds it as its model already)
     metrics, pred = evaluate_model(exp, model, splits.test, cfg, accelerator)
     decoded = {d: evaluate_model(exp, model, splits.test, cfg, accelerator, decoder=d, seed=seed)[0] for d in cfg.decoders}
     return {"model": name, "seed": seed, **metrics, "epochs_trained": state["epoch"],

@@ -101,7 +101,11 @@ def test_presets_parse_and_bad_config(tmp_path):
         # the paper's lr, except the cpu regime's, raised for every row alike to converge within its budget
         assert cfg.preset == name and cfg.lr == (1e-3 if name == "cpu" else 3e-4)
     cpu = load_config(preset_path("cpu"))
-    assert cpu.patience is not None and cpu.epochs > 12 and cpu.constraint == "puzzle" and cpu.split == "grids"
+    assert cpu.patience is None and cpu.test_checkpoint == "last" and cpu.patience_reading == 10  # two readings
+    assert cpu.epochs > 12 and cpu.constraint == "puzzle" and cpu.split == "balanced" and len(cpu.seeds) >= 12
+    exp = SudokuExperiment()
+    assert exp.primary(cpu) == ("rnn_psl@psl_weight=chosen", "rnn", "exact")
+    assert {"rnn_own", "rnn_psl@givens=ignore", "convnet_sl@givens=ignore"} <= set(cpu.models)  # the controls
     assert load_config(preset_path("paper")).n_train == 9000
     (tmp_path / "bad.toml").write_text("epochz = 3\n")
     with pytest.raises(ValueError, match="unknown keys \\['epochz'\\]"):
