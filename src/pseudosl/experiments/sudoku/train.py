@@ -196,7 +196,7 @@ class SudokuExperiment(Experiment[SudokuConfig]):
         """The splits; with ``split = "balanced"`` those of the first model seed, and every seed's own through
         ``Splits.of_seed``."""
         per_seed = cfg.split == "balanced"
-        train, val, test = load_data(cfg, cfg.seeds[0] if per_seed else None)
+        train, val, test = load_data(cfg, cfg.seeds[0]) if per_seed else load_data(cfg)
         blanks = (train.puzzles == 0).sum(1).float().mean()
         desc = (f"{cfg.size}x{cfg.size} boards, {len(train)} train / {len(val) if val is not None else 0} validation / "
                 f"{len(test)} test puzzles, {blanks:.1f} blanks on average"
