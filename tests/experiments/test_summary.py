@@ -9,8 +9,9 @@ import sys
 import numpy as np
 import pytest
 
+from pseudosl.experiments.statistics import student_t_quantile
 from pseudosl.experiments.summary import (VERDICTS, format_comparisons, format_table, paired_comparisons,
-                                          selection_reason, student_t_quantile, summarize, verdict)
+                                          selection_reason, summarize, verdict)
 from pseudosl.experiments.sudoku.config import SudokuConfig
 from pseudosl.experiments.sudoku.train import SudokuExperiment
 from pseudosl.experiments.warcraft.train import WarcraftExperiment
@@ -223,7 +224,7 @@ def test_many_metrics_make_several_comparison_tables():
 def test_p_values_are_the_paired_t_tests_and_holm_steps_down():
     from scipy.stats import ttest_rel
 
-    from pseudosl.experiments.summary import holm, paired_p_value
+    from pseudosl.experiments.statistics import holm, paired_p_value
     rng = np.random.default_rng(0)
     for n in (3, 5, 12):
         a, b = rng.normal(60, 5, n), rng.normal(62, 5, n)
@@ -240,7 +241,7 @@ def test_power_matches_simulated_t_tests_and_its_inverses():
     difference and the seeds needed as its inverses."""
     from scipy.stats import ttest_1samp
 
-    from pseudosl.experiments.summary import detectable_difference, seeds_for_power, t_test_power
+    from pseudosl.experiments.statistics import detectable_difference, seeds_for_power, t_test_power
     rng = np.random.default_rng(1)
     for effect, std, n in ((3.0, 6.0, 12), (2.0, 5.0, 5), (5.0, 4.0, 6)):
         sims = rng.normal(effect, std, (20_000, n))
@@ -274,8 +275,8 @@ def test_a_weight_grid_reads_as_one_row_chosen_per_seed_on_validation():
 
 
 def test_the_primary_comparison_stays_out_of_the_holm_family_and_states_its_power():
-    from pseudosl.experiments.summary import (detectable_difference, format_primary, holm, holm_adjust,
-                                              seeds_for_power, t_test_power)
+    from pseudosl.experiments.statistics import detectable_difference, holm, seeds_for_power, t_test_power
+    from pseudosl.experiments.summary import format_primary, holm_adjust
     exp = SudokuExperiment()
     base = [60.0, 55.0, 70.0, 65.0, 58.0, 62.0]
     runs = _runs({"rnn": base, "rnn_psl": [b + d for b, d in zip(base, [4.0, 1.0, 6.0, -1.0, 3.0, 2.0])],

@@ -28,7 +28,8 @@ import numpy as np
 
 from .config import RunConfig, model_variant
 from .experiment import Experiment
-from .summary import base_rows, model_label, selection_score, split_row, t_interval, unit
+from .statistics import t_interval
+from .summary import base_rows, model_label, selection_score, split_row, unit
 
 __all__ = ["stopped_early", "training_lengths", "format_training", "selected_values", "paired_by_epoch",
            "late_change", "format_late_change", "patience_reading", "format_patience_reading", "EPOCH_RULE",
@@ -226,9 +227,9 @@ def format_late_change(exp: Experiment, runs: list[dict], rows: list[str], metri
     if not changes:
         return ""
     u = unit(exp, metric)
-    lines = [f"Still improving at the end of the budget? Test {metric}, per seed the mean over epochs "
-             f"{epochs - window + 1}–{epochs} minus the mean over epochs {epochs - 2 * window + 1}–{epochs - window} "
-             f"({'points' if u == '%' else u}), mean [95 % interval] over the seeds:"]
+    last, before = f"{epochs - window + 1}–{epochs}", f"{epochs - 2 * window + 1}–{epochs - window}"
+    lines = [f"Still improving at the end of the budget? Test {metric}, per seed the mean over epochs {last} minus "
+             f"the mean over epochs {before} ({'points' if u == '%' else u}), mean [95 % interval] over the seeds:"]
     w = max(len(model_label(exp, c["row"], decoder_labels)) for c in changes) + 2
     lower = metric in exp.lower_is_better
     rising = []

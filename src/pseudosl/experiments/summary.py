@@ -4,15 +4,15 @@
   seeds it is defined (a Warcraft cost ratio is undefined for a run without a consistent path);
 * :func:`paired_comparisons`: every "X + SL/PSL vs X" comparison (``Experiment.baselines``, and the experiment's
   ``contrasts``) as the per-seed difference, paired by seed (a seed fixes the data order and the initialisation),
-  with a 95 % Student-t interval over the seeds, a verdict (:func:`verdict`): "beats its base beyond the 95 %
+  with a 95 % Student-t interval over the seeds (:func:`.statistics.t_interval`), a verdict (:func:`verdict`): "beats its base beyond the 95 %
   interval", "not distinguishable from its base" or "worse than its base beyond the 95 % interval", and the
-  two-sided paired t-test's p-value (:func:`paired_p_value`);
+  two-sided paired t-test's p-value (:func:`.statistics.paired_p_value`);
 * :func:`holm_adjust`: Holm's step-down adjustment of those p-values over the comparisons of the losses (the greedy
   rows), the experiment's primary comparison (``Experiment.primary``) left out of the family;
 * :func:`choose_on_validation`: a row made of, per seed, the run among some candidate rows (a weight grid) with
   the best validation score of the model it tested;
-* power at the observed spread (:func:`t_test_power`, :func:`detectable_difference`, :func:`seeds_for_power`) and
-  the primary comparison's paragraph (:func:`format_primary`);
+* the primary comparison's paragraph with the power the run had at its observed spread (:func:`format_primary`;
+  the tests, intervals and power: :mod:`.statistics`);
 * :func:`selection_reason`: which validation metric chose a run's checkpoint (``metrics[0]``, or the
   finer metric that broke its tie);
 * :func:`format_report`: the text of ``table.txt`` and of the printout: the table, then
@@ -30,20 +30,18 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..logic.errors import check_int
 from .config import RunConfig, split_model
 from .experiment import Experiment
+from .statistics import (ALPHA, POWER, detectable_difference, holm, paired_p_value, seeds_for_power, t_interval,
+                         t_test_power)
 
-__all__ = ["summarize", "paired_comparisons", "base_rows", "student_t_quantile", "t_interval", "verdict",
-           "paired_p_value", "holm", "holm_adjust", "t_test_power", "detectable_difference", "seeds_for_power",
-           "choose_on_validation", "tested_validation", "CHOSEN", "selection_score", "selection_reason", "format_table",
-           "format_comparisons", "format_primary", "format_findings", "format_report", "fill_decoder_labels",
-           "model_label", "unit", "row_key", "split_row", "VERDICTS", "VERDICT_WORDS", "ALPHA", "POWER"]
+__all__ = ["summarize", "paired_comparisons", "base_rows", "verdict", "holm_adjust", "choose_on_validation",
+           "tested_validation", "CHOSEN", "selection_score", "selection_reason", "format_table", "format_comparisons",
+           "format_primary", "format_findings", "format_report", "fill_decoder_labels", "model_label", "unit",
+           "row_key", "split_row", "VERDICTS", "VERDICT_WORDS"]
 
 VERDICTS = ("beats its base beyond the 95 % interval", "not distinguishable from its base",
             "worse than its base beyond the 95 % interval")
-ALPHA = 0.05  # the tests' level: 95 % intervals, two-sided p-values against it
-POWER = 0.8   # the power asked of a design: the detectable difference and the seeds needed are at this power
 CHOSEN = "chosen"  # the override value of a row chosen on validation: "rnn_psl@psl_weight=chosen"
 
 
@@ -113,68 +111,6 @@ def summarize(runs: list[dict], metrics: tuple[str, ...], models: tuple[str, ...
 
 
 # -- paired comparisons ---------------------------------------------------------------------------------
-def student_t_quantile(p: float, df: int) -> float:
-    """The ``p``-quantile of Student's t with ``df`` degrees of freedom (``scipy.stats.t.ppf``; ``p`` in (0, 1))."""
-    from scipy.stats import t
-    if not 0 < p < 1:
-        raise ValueError(f"p = {p!r}: expected a probability strictly between 0 and 1")
-    df = check_int("df", df, 1, " (degrees of freedom)")
-    return float(t.ppf(p, df))
-
-
-def t_interval(values: list[float]) -> tuple[float, float, float, float]:
-    """Mean, sample std (ddof = 1) and the 95 % Student-t interval ``mean ± t_{0.975, n-1} · std / sqrt(n)`` of
-    ``n >= 1`` values (std and interval NaN for one value).
-
-    Example:
-        >>> [round(x, 3) for x in t_interval([3.0, 5.0])]
-        [4.0, 1.414, -8.706, 16.706]
-    """
-    d = np.asarray(values, dtype=float)
-    n = check_int("len(values)", len(d), 1, " (values to average)")
-    mean = float(d.mean())
-    std = float(d.std(ddof=1)) if n > 1 else float("nan")
-    half = student_t_quantile(0.975, n - 1) * std / math.sqrt(n) if n > 1 else float("nan")
-    return mean, std, mean - half, mean + half
-
-
-def paired_p_value(values: list[float]) -> float:
-    """The two-sided p-value of the paired t-test of ``values`` (per-seed differences) against 0: ``2 P(T_{n-1} >
-    |mean| / (std / sqrt(n)))``; NaN for one value; for values all equal, 1 when they are 0 and 0 otherwise (no
-    spread).
-
-    Example:
-        >>> round(paired_p_value([3.0, 5.0, 4.0, 6.0, 2.0]), 5)
-        0.00481
-    """
-    from scipy.stats import t
-    mean, std, _, _ = t_interval(values)
-    n = len(values)
-    if n < 2:
-        return float("nan")
-    if std == 0:
-        return 1.0 if mean == 0 else 0.0
-    return float(2 * t.sf(abs(mean) / (std / math.sqrt(n)), n - 1))
-
-
-def holm(p_values: list[float]) -> list[float]:
-    """Holm's step-down adjustment of ``m`` p-values (NaN ones left NaN and not counted in ``m``): the ``j``-th
-    smallest becomes ``max_{i <= j} min(1, (m - i + 1) p_(i))``, so "adjusted p < alpha" rejects with a
-    family-wise error rate of at most alpha.
-
-    Example:
-        >>> holm([0.01, 0.04, 0.03, float("nan")])
-        [0.03, 0.06, 0.06, nan]
-    """
-    order = sorted((p, i) for i, p in enumerate(p_values) if p == p)
-    out = [float("nan")] * len(p_values)
-    running = 0.0
-    for j, (p, i) in enumerate(order):
-        running = max(running, min(1.0, (len(order) - j) * p))
-        out[i] = round(running, 12)
-    return out
-
-
 def holm_adjust(comparisons: list[dict], primary: tuple[str, str, str] | None = None) -> list[dict]:
     """``comparisons`` with ``p_holm`` set on each of the family (the comparisons between greedy rows, i.e. of the
     losses, except the ``primary`` ``(row, base, metric)``), Holm-adjusted over that family; ``None`` on the
@@ -186,45 +122,6 @@ def holm_adjust(comparisons: list[dict], primary: tuple[str, str, str] | None = 
     for c, p in zip(family, holm([c["p"] for c in family])):
         c["p_holm"] = p
     return comparisons
-
-
-def t_test_power(effect: float, std: float, n: int, alpha: float = ALPHA) -> float:
-    """The power of the two-sided paired t-test at level ``alpha`` with ``n`` seeds to detect a mean difference
-    ``effect`` when the per-seed differences have standard deviation ``std``: ``P(|T| > t_{1 - alpha/2, n-1})``
-    for ``T`` noncentral t with ``n - 1`` degrees of freedom and noncentrality ``effect / (std / sqrt(n))``
-    (NaN for ``n < 2`` or no spread)."""
-    from scipy.stats import nct
-    if n < 2 or not std > 0 or effect != effect:
-        return float("nan")
-    q = student_t_quantile(1 - alpha / 2, n - 1)
-    nc = abs(effect) / (std / math.sqrt(n))
-    wrong_side = nct.cdf(-q, n - 1, nc)  # rejecting on the other side: tiny for nc >= 0 (scipy's NaN there is 0)
-    return float(nct.sf(q, n - 1, nc) + (0.0 if wrong_side != wrong_side else wrong_side))
-
-
-def detectable_difference(std: float, n: int, power: float = POWER, alpha: float = ALPHA) -> float:
-    """The smallest mean difference that ``n`` seeds detect with ``power`` (two-sided paired t-test at ``alpha``)
-    when the per-seed differences have standard deviation ``std`` (NaN for ``n < 2`` or no spread)."""
-    from scipy.optimize import brentq
-    if n < 2 or not std > 0:
-        return float("nan")
-    se = std / math.sqrt(n)  # the power is ~1 at a noncentrality 10 beyond the critical value (and NaN far past it)
-    return float(brentq(lambda d: t_test_power(d, std, n, alpha) - power, 1e-12 * se,
-                        (student_t_quantile(1 - alpha / 2, n - 1) + 10) * se))
-
-
-def seeds_for_power(effect: float, std: float, power: float = POWER, alpha: float = ALPHA,
-                    most: int = 100_000) -> int | None:
-    """The fewest paired seeds with which the t-test detects ``effect`` with ``power`` at the spread ``std``
-    (``None`` past ``most`` or without an effect)."""
-    if not std > 0 or effect != effect or effect == 0:
-        return None
-    n = 2
-    while t_test_power(effect, std, n, alpha) < power:
-        n = n + 1 if n < 100 else int(n * 1.1)
-        if n > most:
-            return None
-    return n
 
 
 def verdict(lo: float, hi: float, lower_is_better: bool = False) -> str:
