@@ -1,7 +1,9 @@
-"""The argument checks every entry point shares: tensors (dense, on the circuit's device, ids in range), a
+"""The argument checks every entry point shares, in one place: the torch-free ones of :mod:`pseudosl.logic.checks`
+(:func:`check_int`, the one int check; :func:`check_bool`, the one switch check; sizes and limits), re-exported
+here, and the tensor checks: tensors (dense, on the circuit's device, ids in range), a
 circuit pass's inputs (log-probabilities ``x`` and ``allowed`` masks, brought to ``(B, n, k)``; see
 :mod:`pseudosl.circuit` for the conventions), roots, and the samples, positions and candidates of the
-pseudo-semantic loss.  The one int check is :func:`pseudosl.logic.errors.check_int`.
+pseudo-semantic loss.
 
 When a check reads a tensor's values: shape and dtype checks cost nothing and always run.  Value checks
 (ranges, NaN) read the data: on a GPU that waits for the device (a host synchronisation in every call) and
@@ -15,10 +17,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .logic.errors import check_int
+from .logic.checks import (as_array, check_bool, check_in_range, check_int, check_int_array, check_limit,
+                           check_states, check_vars, check_word, parse_int_token)
 from .numerics import log1mexp
 
-__all__ = ["reads_values", "require", "check_dense", "check_device", "check_ids", "check_shape", "categorical",
+__all__ = ["check_int", "check_bool", "parse_int_token", "check_limit", "check_vars", "check_states", "check_word",
+           "as_array", "check_int_array", "check_in_range", "reads_values", "require", "check_dense", "check_device", "check_ids", "check_shape", "categorical",
            "check_allowed", "check_root", "pick_root", "apply_allowed", "check_sample", "check_candidates",
            "check_positions", "check_validate_inputs", "check_generator"]
 
@@ -109,7 +113,7 @@ def check_allowed(allowed: object, shape: tuple[int, int, int], device: torch.de
 
 
 def check_root(root: object, n_roots: int) -> int:
-    """``root`` as the index of one of ``n_roots`` roots (:func:`~pseudosl.logic.errors.check_int`, then the range)."""
+    """``root`` as the index of one of ``n_roots`` roots (:func:`check_int`, then the range)."""
     root = check_int("root", root, 0)
     if root >= n_roots:
         raise ValueError(f"root must be an int in 0..{n_roots - 1} (a root of the circuit), got {root}")

@@ -71,7 +71,8 @@ from .semirings import MPE, Samples
 from .checks import apply_allowed, check_root
 from .logic import dagfile
 from .logic.dag import Dag, LayerPlan
-from .logic.errors import DEFAULT_MAX_VARS, check_int
+from .logic.errors import DEFAULT_MAX_VARS
+from .logic.checks import check_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from pysdd.sdd import SddNode

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch
 
-from .logic.errors import check_int
+from .logic.checks import check_int
 
 __all__ = ["MAX_ELEMENTS", "Chunks", "chunks", "chunk_limit", "check_chunk_bytes", "check_fits", "free_bytes",
            "PassPlanner", "result_dtype", "itemsize", "release_freed_cpu_memory"]

@@ -19,7 +19,7 @@ from assertions import (assert_queries_match_oracle, assert_samples_match_oracle
                     sample_fit)
 from tolerances import ATOL64, ATOL32_FEW_OPS, P_VALUE_MIN
 from pseudosl import Circuit, CircuitBuilder, compile_automaton, compile_cnf, constraints
-from pseudosl.logic.automaton import forbidden_words_dfa
+from pseudosl.logic.automaton import forbidden_sequences_dfa
 from pseudosl.logic.dag import FALSE
 from automata import dfas, simulate
 from random_circuits import random_allowed, random_circuit
@@ -72,7 +72,7 @@ def builder_cases():
     yield ("all_different 3 of 5 values", constraints.compile_all_different(3, 5, [[0, 1, 2]]),
            [lambda y: len(set(y)) == 3])
     words = [[1, 2], [0, 0, 0]]
-    yield ("forbidden_words_dfa", compile_automaton(forbidden_words_dfa(words, 3), 5, cache=False),
+    yield ("forbidden_sequences_dfa", compile_automaton(forbidden_sequences_dfa(words, 3), 5, cache=False),
            [lambda y: not any(tuple(y[i:i + len(w)]) == tuple(w) for w in words for i in range(6 - len(w)))])
 
 

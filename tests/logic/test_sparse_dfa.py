@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pseudosl.logic.automaton import DFA, SparseDFA, forbidden_words_dfa
+from pseudosl.logic.automaton import DFA, SparseDFA, forbidden_sequences_dfa
 
 
 def _random_dfa(rng: np.random.Generator) -> DFA:
@@ -46,7 +46,7 @@ def test_sparse_dfa_steps_and_live_states_match_the_dense_table(seed, several_ro
 
 
 def test_aho_corasick_rows_mostly_agree():
-    dfa = forbidden_words_dfa([[0, 1], [2], [1, 1, 3]], n_values=5)
+    dfa = forbidden_sequences_dfa([[0, 1], [2], [1, 1, 3]], n_values=5)
     sparse = SparseDFA.from_dense(dfa)
     assert sparse.n_exceptions < dfa.n_states * dfa.n_values // 2
     assert sparse.live_states().tolist() == [True] * (dfa.n_states - 1) + [False]  # only the dead state is dead
@@ -75,7 +75,7 @@ def test_automaton_constraint_window_and_streaming_check_agree_with_the_words():
     from pseudosl.tokens import AutomatonConstraint
 
     tokens = [3, 4, 5]  # values 0, 1, 2; every other token of 8 is value 3
-    dfa = SparseDFA.from_dense(forbidden_words_dfa([[0, 1], [2]], n_values=4))
+    dfa = SparseDFA.from_dense(forbidden_sequences_dfa([[0, 1], [2]], n_values=4))
     c = AutomatonConstraint(dfa, ValueMap(tokens, vocab_size=8))
     rows = torch.tensor([[1, 3, 4, 2], [1, 4, 3, 2], [0, 0, 5, 0], [3, 3, 3, 3]])
     assert c.satisfied(rows).tolist() == [False, True, False, True]

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import tomllib
 
 from ..errors import PseudoslError
-from ..logic.errors import check_int
+from ..logic.checks import check_int
 
 __all__ = ["RunConfig", "ConfigError", "spec", "load_config", "preset_path", "RUN_FREE_FIELDS", "split_model",
            "model_variant", "check_device", "usable_cpus", "check_parallelism", "available_memory", "check_memory",

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..logic.errors import check_int
+from ..logic.checks import check_int
 from ..psl import CausalLMEngine, Fidelity, local_fidelity
 from .runs import atomic_path, make_folder
 

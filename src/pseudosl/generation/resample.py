@@ -70,10 +70,11 @@ from torch import Tensor
 
 from ..checks import check_sample
 from ..circuit import Circuit
-from ..logic.errors import UnsatisfiableError, check_int
+from ..logic.errors import UnsatisfiableError
+from ..logic.checks import check_int
 from ..tokens.constraint import Constraint, sample_satisfies
 from ..psl.engine import Engine, engine_circuit
-from ..psl.sampling import check_count, sample_from_logits
+from ..psl.sampling import sample_from_logits
 
 __all__ = ["constrained_sample", "ResampleDiagnostics", "UnsatisfiableError"]  # the library's one
 # UnsatisfiableError (pseudosl.logic.errors), re-exported here: an except of either name catches both
@@ -142,7 +143,7 @@ def _check(engine: Engine, constraint: Circuit | Constraint, mode: str, num_cand
             raise ValueError(f"num_candidates={num_candidates!r} applies to mode='resample'; mode='mpe' returns the "
                              "single most probable assignment of the proposal")
         return circuit, 1
-    k = DEFAULT_CANDIDATES if num_candidates is None else check_count("num_candidates", num_candidates, 1)
+    k = DEFAULT_CANDIDATES if num_candidates is None else check_int("num_candidates", num_candidates, 1)
     return circuit, k
 
 

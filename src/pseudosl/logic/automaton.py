@@ -23,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import warnings
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -31,8 +30,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .builder import CircuitBuilder
-from .errors import (DEFAULT_MAX_EDGES, check_in_range, check_int, check_int_array, check_limit, check_states,
-                     check_word)
+from .errors import DEFAULT_MAX_EDGES
+from .checks import check_in_range, check_int, check_int_array, check_limit, check_states, check_word
 
 __all__ = ["DFA", "SparseDFA", "automaton_node", "forbidden_sequences_dfa", "forbidden_sequences_sparse_dfa"]
 
@@ -385,28 +384,6 @@ def forbidden_sequences_dfa(words: Sequence[Sequence[int]], n_values: int, *,
                 f"entries numbering", n_states * n_values, max_edges, "max_edges",
                 " (fold the values that occur in no word into one catch-all value first)")
     return forbidden_sequences_sparse_dfa(words, n_values, max_edges=None).to_dense(max_entries=None)
-
-
-def forbidden_words_sparse_dfa(words: Sequence[Sequence[int]], n_values: int, *,
-                               max_edges: int | None = DEFAULT_MAX_EDGES) -> SparseDFA:
-    """Deprecated name of :func:`forbidden_sequences_sparse_dfa` (same arguments, same automaton).
-
-    "Words" here meant symbol sequences; :func:`pseudosl.no_forbidden_words` forbids words of decoded text."""
-    warnings.warn("pseudosl.logic.automaton.forbidden_words_sparse_dfa is deprecated: use "
-                  "pseudosl.logic.automaton.forbidden_sequences_sparse_dfa (same arguments)",
-                  DeprecationWarning, stacklevel=2)
-    return forbidden_sequences_sparse_dfa(words, n_values, max_edges=max_edges)
-
-
-def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int, *,
-                        max_edges: int | None = DEFAULT_MAX_EDGES) -> DFA:
-    """Deprecated name of :func:`forbidden_sequences_dfa` (same arguments, same table).
-
-    "Words" here meant symbol sequences; :func:`pseudosl.no_forbidden_words` forbids words of decoded text."""
-    warnings.warn("pseudosl.logic.automaton.forbidden_words_dfa is deprecated: use "
-                  "pseudosl.logic.automaton.forbidden_sequences_dfa (same arguments)",
-                  DeprecationWarning, stacklevel=2)
-    return forbidden_sequences_dfa(words, n_values, max_edges=max_edges)
 
 
 def _trie(words: Sequence[Sequence[int]], n_values: int) -> tuple[list[dict[int, int]], list[bool]]:

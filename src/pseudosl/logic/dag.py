@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from . import dagfile, determinism
-from .errors import DEFAULT_MAX_VARS, CircuitError, CircuitFormatError, SizeLimitError, check_vars
+from .errors import DEFAULT_MAX_VARS, CircuitError, CircuitFormatError, SizeLimitError
+from .checks import check_vars
 from .layers import LayerPlan, plan_layers
 from .nodes import AND, CONST, FALSE, LIT, OR, TRUE, bits
 

@@ -46,13 +46,13 @@ from torch.utils.checkpoint import checkpoint
 
 from .. import checks
 from ..checks import check_candidates, check_positions, check_sample
-from ..logic.errors import check_int
+from ..logic.checks import check_int
 from ..memory import release_freed_cpu_memory
 from ..tokens.constraint import ValueMap
 from .engine import Engine, exact_mode
 from .folded_neighbours import FoldedNeighbours
 from .lm_memory import LMShape, NeighbourPlan, default_budget, plan_neighbours
-from .sampling import check_count, sample_from_logits
+from .sampling import sample_from_logits
 
 __all__ = ["CausalLMEngine", "head_logsumexp"]
 
@@ -192,7 +192,7 @@ class CausalLMEngine(Engine):
         if value_map is not None:
             self.n_values = value_map.n_values
         elif n_values is not None:
-            self.n_values = check_count("n_values", n_values, 2)
+            self.n_values = check_int("n_values", n_values, 2)
             if self.n_values > self.vocab_size:
                 raise ValueError(f"n_values={n_values} exceeds the model's vocabulary of {self.vocab_size} tokens")
         else:

@@ -57,11 +57,10 @@ import torch
 from torch import Tensor, nn
 
 from .. import checks, memory
-from ..checks import check_sample
+from ..checks import check_int, check_sample
 from ..circuit import Circuit
 from ..tokens.constraint import Constraint, ValueMap
 from .neighbours import check_log_joint_output, local_conditionals
-from .sampling import check_count
 
 __all__ = ["Engine", "LogJointEngine", "exact_mode", "trainable_recurrence"]
 
@@ -124,7 +123,7 @@ class Engine(abc.ABC):
         rows = check_sample(sequences.reshape(b * k, n), self.vocab_size, "sequences")
         example = self.example_ids(b, rows.device).repeat_interleave(k)
         if chunk_size is not None:
-            check_count("chunk_size", chunk_size, 1)
+            check_int("chunk_size", chunk_size, 1)
         step = chunk_size or max(1, b * k)
         out = [self.log_joint(rows[a:a + step], example[a:a + step]) for a in range(0, b * k, step)]
         return torch.cat(out).view(b, k) if out else rows.new_zeros(b, k, dtype=torch.get_default_dtype())
@@ -155,7 +154,7 @@ class Engine(abc.ABC):
                 raise TypeError("example must be a 1-D long tensor of example ids")
             return self.check_example(example.to(device), example.shape[0])
         if batch_size is not None:
-            batch_size = check_count("batch_size", batch_size)
+            batch_size = check_int("batch_size", batch_size, 0)
             memory.check_fits(f"a sample of {batch_size:,} rows of {length} values", batch_size * (length + 1) * 8,
                               torch.device(device if device is not None else "cpu"), "pass a smaller batch_size",
                               elements=batch_size * length)
@@ -184,7 +183,7 @@ class Engine(abc.ABC):
             if self.length is None:
                 raise ValueError(f"{type(self).__name__} does not fix the sequence length: pass length=n")
             return self.length
-        length = check_count("length", length, 1)
+        length = check_int("length", length, 1)
         if self.length is not None and length != self.length:
             raise ValueError(f"this model generates sequences of length {self.length}, not length={length}")
         return length
@@ -211,7 +210,7 @@ class LogJointEngine(Engine):
         if not callable(log_joint):
             raise TypeError(f"log_joint must be callable (y (N, n), example (N,)) -> (N,), got {type(log_joint).__name__}")
         self.fn = log_joint
-        self.n_values = self.vocab_size = check_count("n_values", n_values, 2)
+        self.n_values = self.vocab_size = check_int("n_values", n_values, 2)
         self.recompute = recompute
 
     def log_joint(self, y: Tensor, example: Tensor) -> Tensor:

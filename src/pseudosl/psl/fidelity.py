@@ -41,9 +41,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..checks import check_sample
+from ..checks import check_int, check_sample
 from .engine import Engine
-from .sampling import check_count
 
 __all__ = ["Fidelity", "local_fidelity", "SamplerRequiredError"]
 
@@ -173,13 +172,13 @@ def local_fidelity(engine: Engine, sample: Tensor, *, exact: bool | None = None,
     k = _check_engine(engine)
     sample = check_sample(sample, k)
     b, n = sample.shape
-    n_mc = check_count("n_mc", n_mc, 2, " (draws per example)")
+    n_mc = check_int("n_mc", n_mc, 2, " (draws per example)")
     if exact is None:
-        exact = k ** n <= check_count("max_exact", max_exact, 1)
+        exact = k ** n <= check_int("max_exact", max_exact, 1)
     if exact and k ** n > _EXACT_LIMIT:
         raise ValueError(f"exact=True would enumerate k**n = {k}**{n} sequences per example (limit {_EXACT_LIMIT}); "
                          "use exact=False (Monte-Carlo) or exact=None")
-    chunk_size = check_count("chunk_size", chunk_size, 1)
+    chunk_size = check_int("chunk_size", chunk_size, 1)
     with torch.no_grad():
         cond = engine.local_conditionals(sample).double()  # (B, n, k)
         if cond.isnan().any():

@@ -36,7 +36,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..logic.errors import check_int
+from ..logic.checks import check_int
 from ..tokens.constraint import ValueMap, fold_classes
 
 __all__ = ["FoldedNeighbours", "Candidates"]

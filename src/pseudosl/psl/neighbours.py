@@ -28,7 +28,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .. import checks
 from ..checks import check_candidates, check_positions, check_sample
-from ..logic.errors import check_int
+from ..logic.checks import check_int
 
 __all__ = ["local_conditionals", "neighbours", "check_sample", "check_positions", "check_candidates",
            "check_log_joint_output", "LogJoint"]

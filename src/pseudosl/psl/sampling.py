@@ -20,14 +20,10 @@ import torch
 from torch import Tensor
 
 from .. import checks
-from ..logic.errors import check_int
+from ..logic.checks import check_int
 
 
-def check_count(name: str, value: object, low: int = 0, fix: str = "") -> int:
-    """``value`` as an int ``>= low``: :func:`~pseudosl.logic.errors.check_int` with a default bound of 0."""
-    return check_int(name, value, low, fix)
-
-__all__ = ["sample_autoregressive", "sample_from_logits", "check_count"]
+__all__ = ["sample_autoregressive", "sample_from_logits"]
 
 
 def sample_from_logits(logits: Tensor, *, temperature: float = 1.0, top_p: float | None = None,
@@ -78,7 +74,7 @@ def sample_autoregressive(step_fn: Callable[[Tensor], Tensor], length: int, *, b
     """
     if not callable(step_fn):
         raise TypeError(f"step_fn must map a (B, t) prefix to (B, k) logits, got {type(step_fn).__name__}")
-    length, batch_size = check_count("length", length, 1), check_count("batch_size", batch_size)
+    length, batch_size = check_int("length", length, 1), check_int("batch_size", batch_size, 0)
     y = torch.zeros(batch_size, 0, dtype=torch.long, device=device)
     with torch.no_grad():
         for _ in range(length):

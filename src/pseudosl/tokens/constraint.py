@@ -36,7 +36,7 @@ from ..checks import check_sample
 from ..circuit import Circuit
 from ..compile import compile_automaton
 from ..logic.automaton import SparseDFA, forbidden_sequences_sparse_dfa
-from ..logic.errors import check_int
+from ..logic.checks import check_int
 from ..losses import constraint_log_prob
 
 __all__ = ["AutomatonConstraint", "Constraint", "ValueMap", "fold_classes", "no_forbidden_sequences",

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..cache import cached_arrays
 from ..logic.automaton import SparseDFA
-from ..logic.errors import check_int
+from ..logic.checks import check_int
 from ..logic.lift import lift_to_tokens
 from ..logic.words import check_words, words_byte_automaton
 from .constraint import AutomatonConstraint, ValueMap

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ...logic.errors import check_int
+from ...logic.checks import check_int
 from .scoring import ToxicityScorer
 
 __all__ = ["Prompt", "PromptFormatError", "corpus_prompts", "load_realtoxicityprompts", "split_by_toxicity"]

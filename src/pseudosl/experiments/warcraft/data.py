@@ -47,7 +47,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...errors import StorageError
-from ...logic.errors import check_int
+from ...logic.checks import check_int
 from .grid import PROGRESS_FROM, shortest_paths
 
 __all__ = ["WarcraftDataError", "WarcraftSplit", "COSTS", "CLASS_NAMES", "N_VARIANTS", "SPLITS", "terrain",
