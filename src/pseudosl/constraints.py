@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from .logic.builder import CircuitBuilder
 from .logic.errors import DEFAULT_MAX_NODES
-from .logic.checks import check_int
+from .logic.checks import check_bool, check_int
 from .logic.simpath import grid_edges, is_simple_path, normalized_bound, simple_path_dag
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -182,7 +182,8 @@ def simple_path(rows: int, cols: int, max_edges: int | None = None, *, cache: bo
     from .circuit import Circuit
 
     bound = normalized_bound(rows, cols, max_edges)  # validates rows, cols, max_edges
-    show = len(grid_edges(rows, cols)) >= 100 if progress is None else bool(progress)
+    progress = check_bool("progress", progress, none="for grids of 100 edges or more")
+    show = len(grid_edges(rows, cols)) >= 100 if progress is None else progress
     return cached_circuit(("simple_path", _SIMPATH_VERSION, rows, cols, bound),
                           lambda: Circuit(simple_path_dag(rows, cols, bound, progress=show, max_nodes=max_nodes)),
                           enabled=cache)

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oracle
+import pseudosl.memory
 from assertions import (assert_queries_match_oracle, assert_samples_match_oracle, random_log_weights,
                     sample_fit)
 from tolerances import ATOL64, ATOL32_FEW_OPS, P_VALUE_MIN
@@ -170,8 +171,8 @@ def test_many_samples_per_example_and_chunks():
     x = random_log_weights(1, 3, 4, 4, normalised=True)
     whole = circuit.sample(x, 1000, generator=torch.Generator().manual_seed(0))
     assert whole.values.shape == (1000, 3, 4)
-    circuit.chunk_bytes = 4096  # a few samples and rows per chunk
-    assert len(circuit._chunks(1000, 3 * circuit._row_bytes(x, keep=False), x.device)) > 10
+    circuit.memory_budget = 4096  # a few samples and rows per chunk
+    assert len(pseudosl.memory.chunks(1000, 3 * circuit._memory.row_bytes(x, keep=False), circuit.memory_budget)) > 10
     chunked = circuit.sample(x, 1000, generator=torch.Generator().manual_seed(0))
     again = circuit.sample(x, 1000, generator=torch.Generator().manual_seed(0))
     assert torch.equal(chunked.values, again.values)  # reproducible for a given chunk size

@@ -37,7 +37,7 @@ def _conditionals_and_grads(model, **kw):
 
 @pytest.mark.parametrize("budget", [1, 20_000, 1 << 30])
 def test_every_plan_computes_the_same_values_and_gradients(gpt2, budget):
-    ref, ref_grads, _ = _conditionals_and_grads(gpt2, max_neighbours_per_chunk=10_000, recompute=False)
+    ref, ref_grads, _ = _conditionals_and_grads(gpt2, chunk_size=10_000, recompute=False)
     out, grads, engine = _conditionals_and_grads(gpt2, memory_budget=budget)
     plan = engine.memory_plan(2, Y.shape[1])
     if budget == 1:
@@ -100,7 +100,7 @@ def test_a_smaller_budget_lowers_the_peak(gpt2):
 
 @pytest.mark.parametrize("kw, match", [
     (dict(memory_budget=0), "memory_budget"), (dict(memory_budget=1.5), "memory_budget"),
-    (dict(max_neighbours_per_chunk=0), "max_neighbours_per_chunk"), (dict(recompute="yes"), "recompute"),
+    (dict(chunk_size=0), "chunk_size"), (dict(recompute="yes"), "recompute"),
     (dict(top_k=5), "top_k=5 applies with a value_map")])
 def test_bad_knobs_are_refused_by_name(gpt2, kw, match):
     with pytest.raises((TypeError, ValueError), match=match):
@@ -111,7 +111,7 @@ def test_bad_knobs_are_refused_by_name(gpt2, kw, match):
 def test_a_planned_step_on_cuda_matches_the_cpu(gpt2):
     """On a GPU the default budget reads the device's free memory; chunks of one row with recomputation give the
     CPU's values and gradients (float64)."""
-    ref, ref_grads, _ = _conditionals_and_grads(gpt2, max_neighbours_per_chunk=10_000, recompute=False)
+    ref, ref_grads, _ = _conditionals_and_grads(gpt2, chunk_size=10_000, recompute=False)
     model = gpt2.to("cuda")
     try:
         engine = CausalLMEngine(model, PROMPT.cuda(), value_map=ValueMap([0, 1, 2, 3], V), top_k=3, memory_budget=1)

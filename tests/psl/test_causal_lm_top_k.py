@@ -94,7 +94,7 @@ def test_every_token_selected_equals_the_exact_psl_and_its_gradient(gpt2, lookup
     largest = int(sizes[sizes > max_class_size].max())
     n, C = Y.shape[1], vm.n_values
     eng = as_engine(gpt2, prompt_ids=PROMPT, value_map=vm, top_k=largest - 1, max_class_size=max_class_size,
-                    top_k_distinguished=_n_distinguished(lookup, max_class_size) - 1, max_neighbours_per_chunk=7)
+                    top_k_distinguished=_n_distinguished(lookup, max_class_size) - 1, chunk_size=7)
     cond, _ = _brute_force(gpt2, PROMPT, Y)
     torch.testing.assert_close(eng.local_conditionals(Y), vm.fold(cond), atol=ATOL64_FEW_OPS, rtol=0)
     truth = np.random.default_rng(2).random(C ** n) < 0.4

@@ -20,7 +20,7 @@ from . import determinism
 from .dag import Dag
 from .nodes import AND, CONST, FALSE, LIT, OR, TRUE, bits
 from .errors import DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, CircuitError
-from .checks import check_int, check_limit, check_vars
+from .checks import check_bool, check_int, check_limit, check_vars
 
 __all__ = ["CircuitBuilder"]
 
@@ -150,6 +150,8 @@ class CircuitBuilder:
         ``deterministic=True`` asserts that no two children hold together and skips the check:
         a wrong assertion gives wrong probabilities.
         """
+        if type(deterministic) is not bool:  # (the common case costs one type test: or_ runs once per node)
+            deterministic = check_bool("deterministic", deterministic)
         kids: set[int] = set()
         for c in children:
             c = self._check_id(c)

@@ -57,7 +57,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import checks, memory
-from ..checks import check_int, check_sample
+from ..checks import check_bool, check_int, check_sample
 from ..circuit import Circuit
 from ..tokens.constraint import Constraint, ValueMap
 from .neighbours import check_log_joint_output, local_conditionals
@@ -211,7 +211,7 @@ class LogJointEngine(Engine):
             raise TypeError(f"log_joint must be callable (y (N, n), example (N,)) -> (N,), got {type(log_joint).__name__}")
         self.fn = log_joint
         self.n_values = self.vocab_size = check_int("n_values", n_values, 2)
-        self.recompute = recompute
+        self.recompute = check_bool("recompute", recompute)
 
     def log_joint(self, y: Tensor, example: Tensor) -> Tensor:
         try:
@@ -291,7 +291,7 @@ def _full_precision(module: nn.Module) -> contextlib.AbstractContextManager:
 
 def engine_circuit(engine: "Engine", constraint: Circuit | Constraint) -> Circuit:
     """The circuit of ``constraint`` for ``engine``, or a named error: the engine is an :class:`Engine`, a
-    :class:`~pseudosl.Constraint` folds tokens as the engine does.  (The loss and constrained sampling check
+    :class:`~pseudosl.Constraint` folds tokens as the engine does, the circuit reads the engine's values.  (The loss and constrained sampling check
     their inputs with it before the model runs.)"""
     if not isinstance(engine, Engine):
         raise TypeError(f"engine must be a pseudosl engine, got {type(engine).__name__}; make one with "
@@ -301,7 +301,12 @@ def engine_circuit(engine: "Engine", constraint: Circuit | Constraint) -> Circui
         if constraint.value_map != engine.value_map:
             raise ValueError(f"the constraint folds tokens with {constraint.value_map} but the engine with "
                              f"{engine.value_map}; build the engine with value_map=constraint.value_map")
-        return constraint.circuit
-    if isinstance(constraint, Circuit):
-        return constraint
-    raise TypeError(f"circuit must be a pseudosl.Circuit or a pseudosl.Constraint, got {type(constraint).__name__}")
+        circuit = constraint.circuit
+    elif isinstance(constraint, Circuit):
+        circuit = constraint
+    else:
+        raise TypeError(f"circuit must be a pseudosl.Circuit or a pseudosl.Constraint, got {type(constraint).__name__}")
+    if engine.n_values != circuit.n_values:
+        raise ValueError(f"the model has {engine.n_values} values per position but the circuit has {circuit.n_values}; "
+                         f"compile the constraint over the model's values (or fold them with a ValueMap)")
+    return circuit

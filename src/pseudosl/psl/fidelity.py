@@ -41,7 +41,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..checks import check_int, check_sample
+from ..checks import check_bool, check_int, check_sample
+from ..errors import PseudoslError
 from .engine import Engine
 
 __all__ = ["Fidelity", "local_fidelity", "SamplerRequiredError"]
@@ -51,7 +52,7 @@ _EXACT_LIMIT = 1 << 24  # sequences per example beyond which exact=True is refus
 _NORM_ATOL = 1e-3       # nats
 
 
-class SamplerRequiredError(ValueError):
+class SamplerRequiredError(PseudoslError, ValueError):
     """Monte-Carlo needs samples of the model and none can be drawn: pass ``sampler=``."""
 
 
@@ -167,8 +168,7 @@ def local_fidelity(engine: Engine, sample: Tensor, *, exact: bool | None = None,
         >>> f.method, f.entropy_model.shape, bool((f.kl_local_model >= 0).all())
         ('exact', torch.Size([2]), True)
     """
-    if exact is not None and not isinstance(exact, bool):
-        raise TypeError(f"exact must be True, False or None (exact iff k**n <= max_exact), got {exact!r}")
+    exact = check_bool("exact", exact, none="exact iff k**n <= max_exact")
     k = _check_engine(engine)
     sample = check_sample(sample, k)
     b, n = sample.shape

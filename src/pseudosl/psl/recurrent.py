@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import checks
-from ..checks import check_candidates, check_int, check_positions, check_sample
+from ..checks import check_bool, check_candidates, check_int, check_positions, check_sample
 from .engine import Engine, exact_mode
 from .sampling import sample_from_logits
 
@@ -161,7 +161,8 @@ class RecurrentEngine(Engine):
         if not isinstance(steps, RecurrentSteps):
             raise TypeError(f"steps must be a pseudosl.psl.RecurrentSteps, got {type(steps).__name__}")
         self.steps, self.rnn = steps, _check_rnn(steps.rnn)
-        self.module, self.dropout, self.fused = steps.module, dropout, fused
+        self.module, self.dropout = steps.module, check_bool("dropout", dropout)
+        self.fused = check_bool("fused", fused, none="fused on CUDA, step by step elsewhere")
         self.n_values = self.vocab_size = steps.n_values
         self.n_examples, self.length = steps.n_examples, steps.length
         self.dtype = self.rnn.weight_hh_l0.dtype

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from .. import checks
-from ..logic.checks import check_int
+from ..checks import check_bool, check_int
 
 
 __all__ = ["sample_autoregressive", "sample_from_logits"]
@@ -39,7 +39,7 @@ def sample_from_logits(logits: Tensor, *, temperature: float = 1.0, top_p: float
     so an autoregressive sampling loop on a GPU never waits for the device.  The check that a row has
     a possible value (no NaN, not all ``-inf``) runs on CPU tensors only (:mod:`pseudosl.checks`).
     """
-    if greedy:
+    if check_bool("greedy", greedy):
         return logits.argmax(-1)
     if not 0 < temperature < math.inf:  # also refuses NaN; inf would turn -inf logits into NaN (-inf / inf)
         raise ValueError(f"temperature must be a finite number > 0 (use greedy=True for argmax), got {temperature}")

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ...errors import PseudoslError
 from ...logic.checks import check_int
 from .scoring import ToxicityScorer
 
@@ -47,7 +48,7 @@ class Prompt:
     scorer: str | None = None
 
 
-class PromptFormatError(ValueError):
+class PromptFormatError(PseudoslError, ValueError):
     """A malformed line of a prompts file; the message names ``file:line``."""
 
 
