@@ -22,9 +22,9 @@ from .logic.checks import (as_array, check_bool, check_in_range, check_int, chec
 from .numerics import log1mexp
 
 __all__ = ["check_int", "check_bool", "parse_int_token", "check_limit", "check_vars", "check_states", "check_word",
-           "as_array", "check_int_array", "check_in_range", "reads_values", "require", "check_dense", "check_device", "check_ids", "check_shape", "categorical",
-           "check_allowed", "check_root", "apply_allowed", "check_sample", "check_candidates",
-           "check_positions", "check_validate_inputs", "check_generator"]
+           "as_array", "check_int_array", "check_in_range", "reads_values", "require", "check_dense", "check_device",
+           "check_ids", "check_shape", "categorical", "check_allowed", "check_root", "apply_allowed", "check_sample",
+           "check_candidates", "check_positions", "check_generator"]
 
 
 def reads_values(x: Tensor) -> bool:
@@ -131,14 +131,6 @@ def check_root(root: object, n_roots: int, *, every_root: bool = False) -> int |
     if root >= n_roots:
         raise ValueError(f"root must be an int in 0..{n_roots - 1} (a root of the circuit), got {root}")
     return root
-
-
-def check_validate_inputs(value: object) -> bool | None:
-    """``value`` as a :attr:`pseudosl.Circuit.validate_inputs`: True, False or None, nothing truthy in their place."""
-    if value is not None and not isinstance(value, bool):
-        raise TypeError(f"validate_inputs must be True, False or None (the default: on CPU tensors in eager "
-                        f"mode), got {type(value).__name__} {value!r}")
-    return value
 
 
 def check_generator(generator: object, device: torch.device) -> None:

@@ -428,7 +428,7 @@ class Conditioned:
     # -- the passes ------------------------------------------------------------------------------
     def _check_result(self, what: str, result: str, values: int, value_bytes: int,
                       fix: str = "pass smaller batches") -> None:
-        """Refuse, before any work, a result (and one chunk's pass) that cannot fit (:meth:`PassPlanner.check_result`)."""
+        """Refuse, before any work, a result (and one chunk's pass) that cannot fit (``PassPlanner.check_result``)."""
         c, first = self.circuit, self.chunks[0]
         c._memory.check_result(what, self.x, result, values, value_bytes, first.stop - first.start, keep=True,
                                fix=fix, budget=c._budget(self.x.device))

@@ -291,8 +291,8 @@ def _full_precision(module: nn.Module) -> contextlib.AbstractContextManager:
 
 def engine_circuit(engine: "Engine", constraint: Circuit | Constraint) -> Circuit:
     """The circuit of ``constraint`` for ``engine``, or a named error: the engine is an :class:`Engine`, a
-    :class:`~pseudosl.Constraint` folds tokens as the engine does, the circuit reads the engine's values.  (The loss and constrained sampling check
-    their inputs with it before the model runs.)"""
+    :class:`~pseudosl.Constraint` folds tokens as the engine does, the circuit reads the engine's values (the one
+    check of it).  The loss and constrained sampling check their inputs with it before the model runs."""
     if not isinstance(engine, Engine):
         raise TypeError(f"engine must be a pseudosl engine, got {type(engine).__name__}; make one with "
                         "pseudosl.as_engine(model, ...) (a RecurrentDecoder, an nn.RNN/GRU/LSTM step model, "
