@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..logic.errors import check_int
+from ..logic.checks import check_int
 
 __all__ = ["student_t_quantile", "t_interval", "paired_p_value", "holm", "t_test_power", "detectable_difference",
            "seeds_for_power", "ALPHA", "POWER"]
