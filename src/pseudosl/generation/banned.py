@@ -93,15 +93,15 @@ class Banned:
         (read on CPU tensors only)."""
         if not self.probe.shape[1] or out.device.type != "cpu":
             return
-        values = out.numpy()
-        at = values[self.probe[0], self.probe[1]]
+        rows, cols = torch.from_numpy(self.probe[0]), torch.from_numpy(self.probe[1])
+        at = out[rows, cols].float().numpy()
         if np.fmin.reduce(at) != -np.inf:  # fmin skips NaN
             return
-        suspect = self.probe[0][np.isneginf(at)]
-        empty = suspect[values[suspect].max(1) == -np.inf]  # NaN is not -inf: kept
+        suspect = rows[torch.from_numpy(np.isneginf(at))]
+        empty = suspect[out.index_select(0, suspect).amax(1) == float("-inf")].tolist()  # NaN is not -inf: kept
         if len(empty):
             raise MaskConflictError(
-                f"row {int(empty[0])} of the scores: every token the constraint allows there arrives at -inf "
+                f"row {empty[0]} of the scores: every token the constraint allows there arrives at -inf "
                 f"({len(empty)} such row(s)), set by a logits processor that runs before this one (e.g. "
                 "bad_words_ids, min_new_tokens, another constraint); sampling would fail and greedy search would "
                 "write a token the constraint bans. Remove the conflicting ban, or put it into the constraint")
