@@ -45,14 +45,14 @@ class Banned:
         fill: ``(F,)`` long: positions set to ``-inf``.
         clear: ``(C,)`` long: rows set to ``-inf`` wholly, before ``keep`` restores their allowed tokens.
         keep: ``(K,)`` long: positions (in the ``clear`` rows) that keep their score.
-        probe: ``(2, P)`` int64 NumPy array (host): the row and the column of an allowed token in each row that bans
+        probe: ``(2, P)`` long, on the CPU: the row and the column of an allowed token in each row that bans
             something.
     """
 
     fill: Tensor
     clear: Tensor
     keep: Tensor
-    probe: np.ndarray
+    probe: Tensor
 
     @classmethod
     def from_allowed(cls, allowed: Tensor, free: Tensor) -> "Banned":
@@ -62,7 +62,7 @@ class Banned:
         flat = allowed.reshape(-1)
         in_few = few.repeat_interleave(allowed.shape[1])
         constrained = (~free).nonzero().flatten()
-        probe = torch.stack([constrained, allowed[constrained].to(torch.uint8).argmax(1)]).cpu().numpy()
+        probe = torch.stack([constrained, allowed[constrained].to(torch.uint8).argmax(1)]).cpu()
         return cls(fill=(~flat & ~in_few).nonzero().flatten(), clear=few.nonzero().flatten(),
                    keep=(flat & in_few).nonzero().flatten(), probe=probe)
 
@@ -93,8 +93,8 @@ class Banned:
         (read on CPU tensors only)."""
         if not self.probe.shape[1] or out.device.type != "cpu":
             return
-        rows, cols = torch.from_numpy(self.probe[0]), torch.from_numpy(self.probe[1])
-        at = out[rows, cols].float().numpy()
+        rows = self.probe[0]
+        at = out[rows, self.probe[1]].float().numpy()
         if np.fmin.reduce(at) != -np.inf:  # fmin skips NaN
             return
         suspect = rows[torch.from_numpy(np.isneginf(at))]

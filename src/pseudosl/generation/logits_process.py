@@ -94,13 +94,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
                  eos_token_id: int | Sequence[int] | None = None, max_new_tokens: int | None = None) -> None:
         self.expected_prompt_length = None if prompt_length is None else check_int("prompt_length", prompt_length, 0)
         self.max_new_tokens = None if max_new_tokens is None else check_int("max_new_tokens", max_new_tokens, 1)
-        if isinstance(constraint, (AutomatonMask, WindowMask)):
-            if (root, eos_token_id) != (None, None) or constraint.max_new_tokens not in (None, self.max_new_tokens):
-                raise ValueError("a compiled mask carries its root, eos_token_id and max_new_tokens: pass them to "
-                                 "compile_mask, and the same max_new_tokens to the processor")
-            self.compiled = constraint
-        else:
-            self.compiled = compile_mask(constraint, root=root, eos_token_id=eos_token_id,
+        self.compiled = compile_mask(constraint, root=root, eos_token_id=eos_token_id,
                                      max_new_tokens=self.max_new_tokens)
         self.reset()
 
@@ -174,7 +168,9 @@ class ConstraintLogitsProcessor(LogitsProcessor):
                              f"{tuple(input_ids.shape)} and {tuple(scores.shape)}")
         if input_ids.device != scores.device:
             raise ValueError(f"input_ids are on {input_ids.device} but scores on {scores.device}")
+        if self.matcher is not None:  # the matcher checks the later calls' scores and tokens
+            return
         self.compiled.check_vocab(scores.shape[1])
-        if self.matcher is None and input_ids.numel() and reads_values(input_ids):  # later tokens: the matcher's
+        if input_ids.numel() and reads_values(input_ids):
             check_ids("input_ids", input_ids.flatten(), input_ids.numel(), scores.shape[1],
                       "the token ids of the model whose scores these are")

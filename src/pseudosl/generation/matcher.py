@@ -74,36 +74,44 @@ def eos_ids(eos_token_id: int | Sequence[int] | None, vocab_size: int | None) ->
     return tuple(sorted(set(ids)))
 
 
-def compile_mask(constraint: AutomatonConstraint | Constraint | Circuit, *, root: int | None = None,
+def compile_mask(constraint: AutomatonConstraint | Constraint | Circuit | AutomatonMask | WindowMask, *,
+                 root: int | None = None,
                  eos_token_id: int | Sequence[int] | None = None,
                  max_new_tokens: int | None = None) -> AutomatonMask | WindowMask:
     """The mask of ``constraint``: streaming for an :class:`AutomatonConstraint`, a window otherwise.
 
     Args:
-        constraint: an :class:`AutomatonConstraint`, a :class:`Constraint` or a :class:`Circuit` over token ids.
+        constraint: an :class:`AutomatonConstraint`, a :class:`Constraint` or a :class:`Circuit` over token ids (a
+            mask compiled already is returned as it is, its options checked against these).
         root: which root of a multi-rooted circuit (windows only).
         eos_token_id: the end-of-sequence token(s) that end the text (module docs of each mask).
         max_new_tokens: the text's length: streaming plans for the text to end accepted then; a window checks that
             it covers the window (the tokens past it are not masked).
     """
-    if isinstance(constraint, AutomatonConstraint):
+    max_new_tokens = None if max_new_tokens is None else check_int("max_new_tokens", max_new_tokens, 1)
+    if isinstance(constraint, (AutomatonMask, WindowMask)):
+        if (root, eos_token_id) != (None, None) or constraint.max_new_tokens not in (None, max_new_tokens):
+            raise ValueError("a compiled mask carries its root, eos_token_id and max_new_tokens: pass them to "
+                             "compile_mask, and the same max_new_tokens to the processor")
+        mask = constraint
+    elif isinstance(constraint, AutomatonConstraint):
         if root is not None:
             raise ValueError(f"root={root!r} picks a root of a circuit; an AutomatonConstraint has none: leave "
                              "root=None")
-        max_new_tokens = None if max_new_tokens is None else check_int("max_new_tokens", max_new_tokens, 1)
-        return AutomatonMask(constraint, eos_token_ids=eos_ids(eos_token_id, constraint.vocab_size),
+        mask = AutomatonMask(constraint, eos_token_ids=eos_ids(eos_token_id, constraint.vocab_size),
                              max_new_tokens=max_new_tokens)
-    if isinstance(constraint, (Constraint, Circuit)):
+    elif isinstance(constraint, (Constraint, Circuit)):
         vocab = constraint.value_map.vocab_size if isinstance(constraint, Constraint) and \
             constraint.value_map is not None else None
         mask = WindowMask(constraint, root=root, eos_token_ids=eos_ids(eos_token_id, vocab))
-        if max_new_tokens is not None and check_int("max_new_tokens", max_new_tokens, 1) < mask.n_positions:
-            raise ValueError(f"max_new_tokens={max_new_tokens} is below the window's {mask.n_positions} tokens: "
-                             "generate would stop before the window ends; pass generate (and the processor) "
-                             f"max_new_tokens >= {mask.n_positions}")
-        return mask
-    raise TypeError("constraint must be a pseudosl.tokens.AutomatonConstraint, a pseudosl.Constraint or a "
-                    f"pseudosl.Circuit, got {type(constraint).__name__}")
+    else:
+        raise TypeError("constraint must be a pseudosl.tokens.AutomatonConstraint, a pseudosl.Constraint or a "
+                        f"pseudosl.Circuit, got {type(constraint).__name__}")
+    n = mask.n_positions
+    if n is not None and max_new_tokens is not None and max_new_tokens < n:
+        raise ValueError(f"max_new_tokens={max_new_tokens} is below the window's {n} tokens: generate would stop "
+                         f"before the window ends; pass generate (and the processor) max_new_tokens >= {n}")
+    return mask
 
 
 INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)

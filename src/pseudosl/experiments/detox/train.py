@@ -177,8 +177,8 @@ def _decoding(decoder: str | None, ban: bool, cfg: DetoxConfig, ctx: Context) ->
         return kw, NoBadWordsLogitsProcessor(kw["bad_words_ids"], eos_token_id=ctx.tokenizer.eos_token_id)
     constraint = ctx.continuation_constraint(cfg.eval_new_tokens)
     if decoder == "processor":  # perplexity: each held-out text after BOS, its first eval_new_tokens tokens masked
-        return ({"decoding": ConstrainedDecoding(constraint)},
-                pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=1))
+        return ({"decoding": ConstrainedDecoding(constraint)},  # teacher-forced over whole texts: past the window
+                pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=1, max_new_tokens=1 << 16))  # unmasked
     if decoder == "resample":  # no next-token distribution: no perplexity
         return {"decoding": ConstrainedDecoding(constraint, resample=cfg.resample_candidates, top_k=cfg.psl_top_k,
                                                 top_k_distinguished=cfg.psl_top_k_distinguished)}, None
