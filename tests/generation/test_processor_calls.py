@@ -392,3 +392,14 @@ def test_matcher_arguments_are_checked():
         bare.allowed()
     assert TokenMatcher(compile_mask(circuit_from_truth(np.ones(9, bool), 2, 3)), vocab_size=5).allowed().tolist() == \
         [[True, True, True, False, False]]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_empty_batches_and_an_eos_tensor(case):
+    """Zero rows (nothing to mask) and ``eos_token_id`` as ``generate`` keeps it (a tensor)."""
+    make, _, proc_kw = CASES[case]
+    kw = dict(proc_kw, eos_token_id=torch.tensor([EOS]))
+    processor = pseudosl.ConstraintLogitsProcessor(make(), **kw)
+    for length in (2, 3):
+        assert processor(torch.ones(0, length, dtype=torch.long), torch.zeros(0, V)).shape == (0, V)
+    assert processor.compiled.eos_token_ids == (EOS,)

@@ -223,7 +223,7 @@ class AutomatonMask:
         if slot_of is None:
             slot_of = self._slots[set_index] = np.full(self.dfa.n_states + 1, -1, dtype=np.int64)
         slots = slot_of[states]
-        if slots.min() < 0:
+        if len(slots) and slots.min() < 0:
             new = np.unique(states[slots < 0])
             if self._bytes > MASK_CACHE_BYTES:
                 self.clear_cache()

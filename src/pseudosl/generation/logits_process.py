@@ -56,7 +56,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         prompt_length: optional; ``P``, the length of the (padded) ``input_ids`` passed to ``generate``.  The first
             call of each generation gives it; a value passed here is checked against it.
         root: which root of a multi-rooted circuit (window only).
-        eos_token_id: the end-of-sequence token(s) ``generate`` stops at (an int or a list): EOS is allowed only
+        eos_token_id: the end-of-sequence token(s) ``generate`` stops at (an int, a list or a tensor): EOS is allowed only
             where the text so far ends accepted.  ``None``: no token ends the text (a row that ``generate`` stops at
             its EOS may then end unaccepted).
         max_new_tokens: the ``max_new_tokens`` given to ``generate``.  Streaming: with ``r`` tokens left only tokens

@@ -63,6 +63,8 @@ def eos_ids(eos_token_id: int | Sequence[int] | None, vocab_size: int | None) ->
     """``eos_token_id`` as a tuple of token ids in ``0 .. vocab_size-1`` (``None``: none)."""
     if eos_token_id is None:
         return ()
+    if isinstance(eos_token_id, (Tensor, np.ndarray)):  # generate's own eos tensor
+        eos_token_id = eos_token_id.tolist()
     ids = [eos_token_id] if not isinstance(eos_token_id, (list, tuple)) else list(eos_token_id)
     ids = [check_int("eos_token_id", t, 0) for t in ids]
     if not ids:
@@ -135,7 +137,7 @@ class TokenMatcher:
 
     Args:
         mask: an :class:`AutomatonMask` or :class:`WindowMask` (several matchers may share one).
-        rows: how many texts (``R``).
+        rows: how many texts (``R >= 0``).
         device: where the scores and tokens live.
         vocab_size: the scores' ``V``, for a bare circuit (any vocabulary ``>= k``); else the constraint's.
 
@@ -158,7 +160,7 @@ class TokenMatcher:
 
     def reset(self, rows: int | None = None) -> None:
         """Back to empty texts (``rows`` of them; default: as many as now)."""
-        rows = self.rows if rows is None else check_int("rows", rows, 1)
+        rows = self.rows if rows is None else check_int("rows", rows, 0)
         self._states: list[Any] = [self.compiled.start(rows, self.device)]
         self._parents: list[Tensor | None] = [None]
 
