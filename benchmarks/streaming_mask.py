@@ -21,7 +21,8 @@ stops.
 Every processor sees the same calls: an 8-token prompt, then ``--calls`` calls each one token longer (the tokens
 are the argmax of random scores under the constraint, so the rows stay where the automaton lets them), on
 ``--batch`` rows; the passes of all processors are interleaved (``--reps`` each, median), so a load that changes
-during the run moves them alike.  Printed per call and row (microseconds): ours, ``NoBadWordsLogitsProcessor``,
+during the run moves them alike, and timed by this thread's CPU time (``--clock cpu``: time the process waits for
+a core on a shared machine is not counted; ``--clock wall`` for elapsed time, e.g. on a GPU).  Printed per call and row (microseconds): ours, ``NoBadWordsLogitsProcessor``,
 their ratio, plain sampling (``softmax`` + ``multinomial``, as ``generate`` samples; 8 calls a pass), and the
 floor: ``scores.clone()``, which writes the
 ``R x V x 4`` bytes every out-of-place processor writes; ours writes that plus 4 bytes per banned token (the mean
@@ -32,6 +33,7 @@ batch item) followed through ``--calls`` calls of ``RowLineage.follow``.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -91,15 +93,18 @@ def rows_to_replay(constraint: AutomatonConstraint, batch: int, calls: int, devi
     return ids
 
 
-def one_pass(call: Callable, ids: torch.Tensor, scores: torch.Tensor) -> float:
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+
+
+def one_pass(call: Callable, ids: torch.Tensor, scores: torch.Tensor, clock: Callable[[], float]) -> float:
     """Seconds per call and row over the calls after the prompt's."""
     call(ids[:, :PROMPT], scores)
     sync(ids.device)
-    start = time.perf_counter()
+    start = clock()
     for end in range(PROMPT + 1, ids.shape[1] + 1):
         call(ids[:, :end], scores)
     sync(ids.device)
-    return (time.perf_counter() - start) / (ids.shape[1] - PROMPT) / ids.shape[0]
+    return (clock() - start) / (ids.shape[1] - PROMPT) / ids.shape[0]
 
 
 def sync(device: torch.device) -> None:
@@ -108,7 +113,7 @@ def sync(device: torch.device) -> None:
 
 
 def measure(constraint: AutomatonConstraint, seqs: list[list[int]], batch: int, calls: int, reps: int,
-            device: str) -> dict[str, float]:
+            device: str, clock: Callable[[], float]) -> dict[str, float]:
     from transformers import NoBadWordsLogitsProcessor
 
     vocab = constraint.vocab_size
@@ -121,7 +126,7 @@ def measure(constraint: AutomatonConstraint, seqs: list[list[int]], batch: int, 
     times: dict[str, list[float]] = {m: [] for m in methods}
     for rep in range(reps + 1):  # the first pass warms up (token lists built, allocator)
         for name, call in methods.items():
-            t = one_pass(call, ids if name != "sampling" else ids[:, :PROMPT + 8], scores)  # sampling: 8 calls
+            t = one_pass(call, ids if name != "sampling" else ids[:, :PROMPT + 8], scores, clock)  # sampling: 8 calls
             if rep:
                 times[name].append(t * 1e6)
     out = {name: statistics.median(t) for name, t in times.items()}
@@ -155,6 +160,9 @@ def main() -> None:
     parser.add_argument("--lineage-rows", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--clock", default="cpu", choices=list(CLOCKS),
+                        help="cpu: this thread's CPU time (robust to a machine shared with other jobs; CPU devices "
+                             "only); wall: elapsed time")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -163,7 +171,7 @@ def main() -> None:
     words = list(dict.fromkeys(listed + [w[:1].upper() + w[1:] for w in listed]))
     print(f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, device {args.device}, "
           f"{args.threads} thread(s); {args.calls} calls after an {PROMPT}-token prompt, median of {args.reps} "
-          "interleaved passes; us per call and row\n")
+          f"interleaved passes; us per call and row ({args.clock} time); load average {os.getloadavg()[0]:.1f}\n")
     print("| automaton | V | batch | ours | NoBadWords | ratio | plain sampling | floor (copy) | ours - floor | "
           "banned / row |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -181,7 +189,7 @@ def main() -> None:
             print(f"| {kind}: {dfa.n_states:,} states, {dfa.n_values:,} values, built in {built:.1f} s "
                   "| | | | | | | | | |")
             for batch in args.batch:
-                r = measure(constraint, seqs, batch, args.calls, args.reps, args.device)
+                r = measure(constraint, seqs, batch, args.calls, args.reps, args.device, CLOCKS[args.clock])
                 print(f"| {kind} | {vocab:,} | {batch} | {r['ours']:.1f} | {r['NoBadWords']:.1f} | "
                       f"{r['ours'] / r['NoBadWords']:.2f} | {r['sampling']:.1f} | {r['floor']:.1f} | "
                       f"{r['ours'] - r['floor']:.1f} | {r['banned_per_row']:.0f} |", flush=True)

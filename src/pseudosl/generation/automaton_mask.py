@@ -261,4 +261,4 @@ class AutomatonMask:
 
         probe = np.array([(r, e.probe) for r, e in enumerate(lists) if e.probe >= 0], dtype=np.int64).reshape(-1, 2)
         return Banned(fill=tensor(fill), clear=torch.tensor(clear, dtype=torch.long, device=device),
-                      keep=tensor(keep), probe=torch.from_numpy(probe.T.copy()))
+                      keep=tensor(keep), probe=probe.T.copy())

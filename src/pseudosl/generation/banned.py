@@ -45,14 +45,14 @@ class Banned:
         fill: ``(F,)`` long: positions set to ``-inf``.
         clear: ``(C,)`` long: rows set to ``-inf`` wholly, before ``keep`` restores their allowed tokens.
         keep: ``(K,)`` long: positions (in the ``clear`` rows) that keep their score.
-        probe: ``(2, P)`` long, on the CPU: the row and the column of an allowed token in each row that bans
+        probe: ``(2, P)`` int64 NumPy array: the row and the column of an allowed token in each row that bans
             something.
     """
 
     fill: Tensor
     clear: Tensor
     keep: Tensor
-    probe: Tensor
+    probe: np.ndarray
 
     @classmethod
     def from_allowed(cls, allowed: Tensor, free: Tensor) -> "Banned":
@@ -62,7 +62,7 @@ class Banned:
         flat = allowed.reshape(-1)
         in_few = few.repeat_interleave(allowed.shape[1])
         constrained = (~free).nonzero().flatten()
-        probe = torch.stack([constrained, allowed[constrained].to(torch.uint8).argmax(1)]).cpu()
+        probe = torch.stack([constrained, allowed[constrained].to(torch.uint8).argmax(1)]).cpu().numpy()
         return cls(fill=(~flat & ~in_few).nonzero().flatten(), clear=few.nonzero().flatten(),
                    keep=(flat & in_few).nonzero().flatten(), probe=probe)
 
@@ -93,11 +93,14 @@ class Banned:
         (read on CPU tensors only)."""
         if not self.probe.shape[1] or out.device.type != "cpu":
             return
-        rows = self.probe[0]
-        at = out[rows, self.probe[1]].float().numpy()
-        if np.fmin.reduce(at) != -np.inf:  # fmin skips NaN
+        rows, cols = self.probe
+        if out.dtype == torch.bfloat16:  # no NumPy dtype: read through torch
+            at = out[torch.from_numpy(rows), torch.from_numpy(cols)].float().numpy()
+        else:
+            at = out.numpy()[rows, cols]
+        if -np.inf not in at.tolist():  # (NaN equals nothing)
             return
-        suspect = rows[torch.from_numpy(np.isneginf(at))]
+        suspect = torch.from_numpy(rows[np.isneginf(at)])
         empty = suspect[out.index_select(0, suspect).amax(1) == float("-inf")].tolist()  # NaN is not -inf: kept
         if len(empty):
             raise MaskConflictError(

@@ -117,6 +117,7 @@ def compile_mask(constraint: AutomatonConstraint | Constraint | Circuit | Automa
 
 
 INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+UNSIGNED = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
 
 
 def check_ids(name: str, ids: object, rows: int, high: int | None, what: str) -> None:
@@ -127,7 +128,7 @@ def check_ids(name: str, ids: object, rows: int, high: int | None, what: str) ->
         raise TypeError(f"{name} must be an integer tensor of shape ({rows},), got {got}")
     if high is not None and rows and ids.device.type == "cpu":  # values are read on CPU tensors only
         a = ids.numpy()
-        if a.view(f"u{a.itemsize}").max() >= high:  # a negative id is a large unsigned one
+        if max(a.view(UNSIGNED[a.itemsize]).tolist()) >= high:  # a negative id is a large unsigned one
             bad = int(a[(a < 0) | (a >= high)][0])
             raise ValueError(f"{name} holds {bad}, outside 0..{high - 1}: pass {what}")
 
