@@ -22,12 +22,13 @@ Every processor sees the same calls: an 8-token prompt, then ``--calls`` calls e
 are the argmax of random scores under the constraint, so the rows stay where the automaton lets them), on
 ``--batch`` rows; the passes of all processors are interleaved (``--reps`` each, median), so a load that changes
 during the run moves them alike, and timed by this thread's CPU time (``--clock cpu``: time the process waits for
-a core on a shared machine is not counted; ``--clock wall`` for elapsed time, e.g. on a GPU).  Printed per call and row (microseconds): ours, ``NoBadWordsLogitsProcessor``,
-their ratio, plain sampling (``softmax`` + ``multinomial``, as ``generate`` samples; 8 calls a pass), and the
-floor: ``scores.clone()``, which writes the
+a core on a shared machine is not counted; ``--clock wall`` for elapsed time, e.g. on a GPU).  Printed per call
+and row (microseconds): ours, ``NoBadWordsLogitsProcessor``, their ratio, plain sampling (``softmax`` +
+``multinomial``, as ``generate`` samples; 8 calls a pass), and the floor: ``scores.clone()``, which writes the
 ``R x V x 4`` bytes every out-of-place processor writes; ours writes that plus 4 bytes per banned token (the mean
-banned per row is printed).  Then the beam lineage: ``--lineage-rows`` rows (beams of 4, reordered within each
-batch item) followed through ``--calls`` calls of ``RowLineage.follow``.
+banned per row is printed).  Then beam search at scale: ``--lineage-rows`` rows (beams of 4, reordered within each batch item) through ``--calls``
+calls, the lineage (``RowLineage.follow``) and the whole processor call (its floor: copying ``1,024 x V`` scores)
+timed apart.
 """
 
 from __future__ import annotations
@@ -135,19 +136,27 @@ def measure(constraint: AutomatonConstraint, seqs: list[list[int]], batch: int, 
     return out
 
 
-def lineage_ms(rows: int, calls: int, beams: int = 4) -> float:
-    """Milliseconds per call of ``RowLineage.follow`` on ``rows`` rows reordered within items of ``beams``."""
-    rng = np.random.default_rng(0)
-    ids = torch.from_numpy(rng.integers(0, 49_152, (rows, PROMPT)))
-    lineage, total = RowLineage(ids), 0.0
+def beam_step_ms(constraint: AutomatonConstraint, rows: int, calls: int, beams: int = 4) -> tuple[float, float]:
+    """Milliseconds per call (wall) of ``RowLineage.follow`` and of the whole processor on ``rows`` rows reordered
+    within batch items of ``beams`` (as beam search does), the tokens drawn from the allowed ones."""
+    rng, vocab = np.random.default_rng(0), constraint.vocab_size
+    ids = torch.from_numpy(rng.integers(0, vocab, (rows, PROMPT)))
+    lineage, processor = RowLineage(ids), pseudosl.ConstraintLogitsProcessor(constraint)
+    scores = torch.randn(rows, vocab)
+    allowed = torch.isfinite(processor(ids, scores))
+    follow = step = 0.0
     for _ in range(calls):
         parents = torch.from_numpy(np.arange(rows) // beams * beams + rng.integers(0, beams, rows))
-        ids = torch.cat([ids[parents], torch.from_numpy(rng.integers(0, 49_152, (rows, 1)))], 1)
+        ids = torch.cat([ids[parents], torch.multinomial(allowed[parents].float(), 1)], 1)
         start = time.perf_counter()
         continues, _ = lineage.follow(ids)
-        total += time.perf_counter() - start
-        assert continues
-    return total / calls * 1e3
+        follow += time.perf_counter() - start
+        start = time.perf_counter()
+        out = processor(ids, scores)
+        step += time.perf_counter() - start
+        allowed = torch.isfinite(out)
+        assert continues and processor.matcher.generated == ids.shape[1] - PROMPT
+    return follow / calls * 1e3, step / calls * 1e3
 
 
 def main() -> None:
@@ -175,6 +184,7 @@ def main() -> None:
     print("| automaton | V | batch | ours | NoBadWords | ratio | plain sampling | floor (copy) | ours - floor | "
           "banned / row |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    constraint = None
     for vocab in args.vocab:
         tok = base if vocab == len(base) else widened(base, vocab)
         seqs = forbidden_sequences(base, words)  # the synthetic tokens spell no word by themselves: the same list
@@ -194,8 +204,11 @@ def main() -> None:
                       f"{r['ours'] / r['NoBadWords']:.2f} | {r['sampling']:.1f} | {r['floor']:.1f} | "
                       f"{r['ours'] - r['floor']:.1f} | {r['banned_per_row']:.0f} |", flush=True)
     if args.lineage_rows:
-        print(f"\nbeam lineage: {args.lineage_rows:,} rows (beams of 4), {lineage_ms(args.lineage_rows, args.calls):.1f} "
-              "ms per call")
+        follow, step = beam_step_ms(constraint, args.lineage_rows, args.calls)
+        print(f"\nbeam search at {args.lineage_rows:,} rows (beams of 4 reordered within each item, the last automaton "
+              f"above, V = {constraint.vocab_size:,}): the lineage {follow:.1f} ms, the whole processor call {step:.1f} "
+              "ms per call (wall)")
+    print(f"# load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -301,7 +301,8 @@ def test_window_eos_mask_equals_brute_force(seed, kind):
         ok = lambda s: not any(tuple(w) == s[i:i + len(w)] for w in words for i in range(n))  # noqa: E731
     for t in range(n):
         prefixes = list(itertools.product(range(vocab), repeat=t))
-        ids = torch.cat([torch.full((len(prefixes), 1), 1), torch.tensor(prefixes, dtype=torch.long).reshape(len(prefixes), t)], 1)
+        generated = torch.tensor(prefixes, dtype=torch.long).reshape(len(prefixes), t)
+        ids = torch.cat([torch.full((len(prefixes), 1), 1), generated], 1)
         processor = pseudosl.ConstraintLogitsProcessor(constraint, eos_token_id=eos)
         for end in range(1, ids.shape[1] + 1):
             out = processor(ids[:, :end], torch.zeros(len(prefixes), vocab))
@@ -325,7 +326,8 @@ def test_a_text_level_window_never_ends_on_a_word():
     prompts = torch.full((8, 1), tok.encode(" the", add_special_tokens=False)[0])
     leaks = {}
     for told in (False, True):
-        masks = LogitsProcessorList([pseudosl.ConstraintLogitsProcessor(constraint, eos_token_id=eos if told else None)])
+        processor = pseudosl.ConstraintLogitsProcessor(constraint, eos_token_id=eos if told else None)
+        masks = LogitsProcessorList([processor])
         out = generate(model, prompts, masks, 0, do_sample=True, top_k=0, max_new_tokens=6, eos_token_id=eos,
                        num_return_sequences=8)
         leaks[told] = sum(bool(pattern.search(tok.decode(r, skip_special_tokens=True))) for r in out[:, 1:])

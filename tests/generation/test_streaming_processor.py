@@ -70,11 +70,14 @@ def feed(processor, ids: torch.Tensor, prompt_length: int) -> torch.Tensor:
     return torch.isfinite(out)
 
 
-@pytest.fixture(params=["dense", "sparse"])
+@pytest.fixture(params=["dense", "sparse", "no cache"])
 def tables(request, monkeypatch):
-    """Both ways of reading the automaton on the device: dense tables per state, and the exceptions per call."""
+    """Both ways of reading the automaton: a dense table, and the exceptions per step; and token lists that never
+    stay cached (every call rebuilds them: the byte limits at their smallest)."""
     if request.param == "sparse":
         monkeypatch.setattr(automaton_mask, "DENSE_ENTRIES", 0)
+    if request.param == "no cache":
+        monkeypatch.setattr(automaton_mask, "MASK_CACHE_BYTES", -1)
     return request.param
 
 

@@ -43,7 +43,8 @@ DENSE_ENTRIES = 1 << 22
 """Up to this many ``(state, value)`` pairs the transitions are kept as a dense table (32 MB at most); beyond, a
 step looks its rows' exceptions up (``np.searchsorted``)."""
 MASK_CACHE_BYTES = 1 << 28
-"""The per-state token lists are dropped (and rebuilt on demand) when they grow past this many bytes."""
+"""The per-state token lists, and apart the rows' assembled lists, are dropped (and rebuilt on demand) when they grow
+past this many bytes."""
 BANNED_CACHE = 256
 """How many combinations of the rows' slots keep their assembled :class:`Banned` (then all are dropped)."""
 BUILD_ELEMENTS = 1 << 24
@@ -148,6 +149,7 @@ class AutomatonMask:
         self._slots: dict[int, np.ndarray] = {}  # set index -> (n_states + 1,) slot of each state, -1: not built
         self._lists: list[TokenList] = []
         self._banned: dict[tuple[torch.device, bytes], Banned] = {}  # the rows' Banned on a device, by their slots
+        self._banned_bytes = 0
         self._bytes = 0
 
     # -- the interface a TokenMatcher drives (states: (R,) int64 NumPy arrays) --------------------------------
@@ -180,9 +182,12 @@ class AutomatonMask:
         key = (device, slots.tobytes())  # rows often sit in the same states call after call
         banned = self._banned.get(key)
         if banned is None:
-            if len(self._banned) >= BANNED_CACHE:
+            banned = self._to_banned([self._lists[s] for s in slots], vocab_size, device)
+            size = 8 * (banned.fill.numel() + banned.keep.numel())
+            if len(self._banned) >= BANNED_CACHE or self._banned_bytes + size > MASK_CACHE_BYTES:
                 self._banned.clear()
-            banned = self._banned[key] = self._to_banned([self._lists[s] for s in slots], vocab_size, device)
+                self._banned_bytes = 0
+            self._banned[key], self._banned_bytes = banned, self._banned_bytes + size
         return banned
 
     def can_end(self, states: np.ndarray, generated: int) -> np.ndarray:
@@ -220,14 +225,12 @@ class AutomatonMask:
     def slots(self, states: np.ndarray, set_index: int) -> np.ndarray:
         """The cache slot of each row's ``(S_j, state)`` token list, building the lists met for the first time."""
         slot_of = self._slots.get(set_index)
-        if slot_of is None:
-            slot_of = self._slots[set_index] = np.full(self.dfa.n_states + 1, -1, dtype=np.int64)
-        slots = slot_of[states]
-        if len(slots) and slots.min() < 0:
-            new = np.unique(states[slots < 0])
-            if self._bytes > MASK_CACHE_BYTES:
+        slots = None if slot_of is None else slot_of[states]
+        if slots is None or (len(slots) and slots.min() < 0):
+            if self._bytes > MASK_CACHE_BYTES:  # too many lists: start over
                 self.clear_cache()
-                return self.slots(states, set_index)
+            slot_of = self._slots.setdefault(set_index, np.full(self.dfa.n_states + 1, -1, dtype=np.int64))
+            new = np.unique(states[slot_of[states] < 0])
             block = max(1, BUILD_ELEMENTS // self.vocab_size)
             for a in range(0, len(new), block):
                 for state, entry in zip(new[a:a + block], self._build(new[a:a + block], set_index)):

@@ -12,8 +12,8 @@ through unchanged, non-finite included.  A row where the mask allows tokens but 
 ``-inf`` (another processor banned them: ``bad_words_ids``, ``min_new_tokens``) has no token left that keeps
 the constraint: :class:`MaskConflictError` names the row instead of letting greedy search write a banned token
 or sampling fail.  The check reads the scores, so it runs on CPU tensors only (as the library's other value
-checks; on a GPU it would wait for the device); it costs one gather of a known allowed token per row (``probe``), and a pass over a row only when that
-token arrives at ``-inf``.
+checks; on a GPU it would wait for the device); it reads one known allowed token per row (``probe``), and a whole
+row only when that token arrives at ``-inf``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A decoding-time guarantee for Hugging Face ``generate``: tokens that would make the constraint unsatisfiable get ``-inf``.
+"""A decoding-time guarantee for Hugging Face ``generate``: tokens that would make the constraint unsatisfiable get
+``-inf``.
 
 The logic lives in the mask (:func:`~pseudosl.generation.matcher.compile_mask`: streaming over an
 :class:`~pseudosl.tokens.AutomatonConstraint`, or a window's circuit) and in the
@@ -56,9 +57,9 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         prompt_length: optional; ``P``, the length of the (padded) ``input_ids`` passed to ``generate``.  The first
             call of each generation gives it; a value passed here is checked against it.
         root: which root of a multi-rooted circuit (window only).
-        eos_token_id: the end-of-sequence token(s) ``generate`` stops at (an int, a list or a tensor): EOS is allowed only
-            where the text so far ends accepted.  ``None``: no token ends the text (a row that ``generate`` stops at
-            its EOS may then end unaccepted).
+        eos_token_id: the end-of-sequence token(s) ``generate`` stops at (an int, a list or a tensor): EOS is
+            allowed only where the text so far ends accepted.  ``None``: no token ends the text (a row that
+            ``generate`` stops at its EOS may then end unaccepted).
         max_new_tokens: the ``max_new_tokens`` given to ``generate``.  Streaming: with ``r`` tokens left only tokens
             after which an accepting state is reachable in the ``r - 1`` tokens left are kept, so the text ends
             accepted.  Window: ``>= n``; the tokens past the window are not masked.  A call past it starts a new

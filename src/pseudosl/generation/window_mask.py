@@ -68,8 +68,8 @@ class WindowMask:
         log_count = circuit.n_vars * math.log(circuit.n_values)
         if log_count > MAX_LOG_COMPLETIONS:
             raise ValueError(f"a circuit over {circuit.n_vars} positions with {circuit.n_values} values has up to "
-                             f"exp({log_count:.0f}) completions, so a float64 marginal could underflow to 0 and mask an "
-                             f"allowed token; use windows with n ln k <= {MAX_LOG_COMPLETIONS:.0f}")
+                             f"exp({log_count:.0f}) completions, so a float64 marginal could underflow to 0 and mask "
+                             f"an allowed token; use windows with n ln k <= {MAX_LOG_COMPLETIONS:.0f}")
         self.circuit, self.value_map = circuit, value_map
         self.vocab_size = value_map.vocab_size if value_map is not None else None  # a bare circuit: any V >= k
         self.n_positions = circuit.n_vars
