@@ -131,6 +131,7 @@ class AutomatonMask:
                                                                          "; raise max_new_tokens"))
         self.accepting = np.zeros(dfa.n_states + 1, dtype=bool)
         self.accepting[list(dfa.accepting)] = True
+        self.is_eos = ~text_tokens
         self.columns = self.lookup.copy()  # each token's column: its value, or k for an end-of-sequence token
         self.columns[list(self.eos_token_ids)] = dfa.n_values
         self.delta = dfa.to_dense().delta if dfa.n_states * dfa.n_values <= DENSE_ENTRIES else None
@@ -168,12 +169,13 @@ class AutomatonMask:
 
     def advance(self, states: np.ndarray, tokens: Tensor) -> np.ndarray:
         """``(R,)`` states after reading ``tokens (R,)`` (token ids) from ``states``; an EOS ends a row."""
-        values = self.lookup[tokens.cpu().numpy()]
+        tokens = tokens.cpu().numpy()
+        values = self.lookup[tokens]
         if not self.eos_token_ids:  # no row ever ends
             return self.destinations(states, values)
         ended = states == self.dfa.n_states
         nxt = self.destinations(np.where(ended, self.dfa.start, states), values)
-        return np.where(ended | np.isin(tokens.cpu().numpy(), self.eos_token_ids), self.dfa.n_states, nxt)
+        return np.where(ended | self.is_eos[tokens], self.dfa.n_states, nxt)
 
     def banned(self, states: np.ndarray, generated: int, vocab_size: int, device: torch.device) -> Banned:
         """The tokens banned after ``generated`` tokens in rows at ``states``."""

@@ -68,16 +68,17 @@ class Banned:
 
     def apply(self, scores: Tensor) -> Tensor:
         """``scores (R, V)`` with the banned tokens at ``-inf``: a new tensor (``scores`` is not modified)."""
-        rows, vocab = scores.shape
-        if rows == 1 and not self.clear.numel():  # one op: the copy and the writes
+        if scores.shape[0] == 1 and not self.clear.numel():  # one op: the copy and the writes
             return scores.index_fill(1, self.fill, float("-inf"))
-        flat = scores.reshape(-1)
-        out = flat.index_fill(0, self.fill, float("-inf")) if self.fill.numel() else flat.clone()
+        out = scores.clone(memory_format=torch.contiguous_format)  # one copy, whatever the strides of the scores
+        flat = out.view(-1)
         if self.clear.numel():
             kept = flat.index_select(0, self.keep)
-            out.view(rows, vocab).index_fill_(0, self.clear, float("-inf"))
-            out.index_copy_(0, self.keep, kept)
-        return out.view(rows, vocab)
+            out.index_fill_(0, self.clear, float("-inf"))
+            flat.index_copy_(0, self.keep, kept)
+        if self.fill.numel():
+            flat.index_fill_(0, self.fill, float("-inf"))
+        return out
 
     def allowed(self, rows: int, vocab_size: int, device: torch.device) -> Tensor:
         """``(R, V)`` bool: the tokens the mask keeps (dense, for inspection)."""
