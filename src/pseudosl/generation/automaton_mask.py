@@ -45,7 +45,7 @@ step looks its rows' exceptions up (``np.searchsorted``)."""
 MASK_CACHE_BYTES = 1 << 28
 """The per-state token lists, and apart the rows' assembled lists, are dropped (and rebuilt on demand) when they grow
 past this many bytes."""
-BANNED_CACHE = 256
+BANNED_CACHE = 4096
 """How many combinations of the rows' slots keep their assembled :class:`Banned` (then all are dropped)."""
 BUILD_ELEMENTS = 1 << 24
 """States whose token lists are built at once are taken in blocks of ``BUILD_ELEMENTS // V``."""
