@@ -61,10 +61,7 @@ class WindowMask:
                  eos_token_ids: Sequence[int] = ()) -> None:
         circuit, value_map = (constraint.circuit, constraint.value_map) if isinstance(constraint, Constraint) \
             else (constraint, None)
-        if circuit.n_roots > 1 and root is None:
-            raise ValueError(f"this circuit has {circuit.n_roots} roots: pass root=r (0 <= r < {circuit.n_roots}), or "
-                             "compile the conjunction of the constraints into one root")
-        self.root = None if root is None else check_root(root, circuit.n_roots)
+        self.root = check_root(root, circuit.n_roots)
         log_count = circuit.n_vars * math.log(circuit.n_values)
         if log_count > MAX_LOG_COMPLETIONS:
             raise ValueError(f"a circuit over {circuit.n_vars} positions with {circuit.n_values} values has up to "
