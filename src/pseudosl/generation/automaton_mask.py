@@ -156,9 +156,7 @@ class AutomatonMask:
     # -- the interface a TokenMatcher drives (states: (R,) int64 NumPy arrays) --------------------------------
     def check_vocab(self, vocab_size: int) -> None:
         """Refuse scores over another vocabulary than the constraint's."""
-        if vocab_size != self.vocab_size:
-            raise ValueError(f"scores have {vocab_size} tokens but the constraint's value map folds a vocabulary of "
-                             f"{self.vocab_size}; build the constraint with vocab_size={vocab_size}")
+        banned_tokens.check_scores_vocab(vocab_size, self.vocab_size)
 
     def start(self, rows: int, device: torch.device) -> np.ndarray:
         return np.full(rows, self.dfa.start, dtype=np.int64)

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from ..errors import PseudoslError
 
-__all__ = ["Banned", "KEEP_BELOW", "MaskConflictError"]
+__all__ = ["Banned", "KEEP_BELOW", "MaskConflictError", "check_scores_vocab"]
 
 KEEP_BELOW = 0.5
 """A row (or an automaton state) that allows fewer than this share of the vocabulary lists its allowed tokens;
@@ -109,3 +109,10 @@ class Banned:
                 f"({len(empty)} such row(s)), set by a logits processor that runs before this one (e.g. "
                 "bad_words_ids, min_new_tokens, another constraint); sampling would fail and greedy search would "
                 "write a token the constraint bans. Remove the conflicting ban, or put it into the constraint")
+
+
+def check_scores_vocab(vocab_size: int, folded: int) -> None:
+    """Refuse scores over ``vocab_size`` tokens when the constraint's value map folds a vocabulary of ``folded``."""
+    if vocab_size != folded:
+        raise ValueError(f"scores have {vocab_size} tokens but the constraint's value map folds a vocabulary of "
+                         f"{folded}; build the constraint with vocab_size={vocab_size}")

@@ -35,7 +35,7 @@ from torch import Tensor
 from ..checks import check_root
 from ..circuit import Circuit
 from ..tokens.constraint import Constraint, sample_satisfies
-from .banned import Banned
+from .banned import Banned, check_scores_vocab
 
 __all__ = ["FLOAT32_LOG_COMPLETIONS", "MAX_LOG_COMPLETIONS", "WindowMask"]
 
@@ -87,9 +87,8 @@ class WindowMask:
     # -- the interface a TokenMatcher drives (states: the generated token ids (R, t) on the device) ------------
     def check_vocab(self, vocab_size: int) -> None:
         """Refuse scores over ``vocab_size`` tokens that the value map (or the bare circuit) cannot read."""
-        if self.vocab_size is not None and vocab_size != self.vocab_size:
-            raise ValueError(f"scores have {vocab_size} tokens but the constraint's value map folds a vocabulary of "
-                             f"{self.vocab_size}; build the constraint with vocab_size={vocab_size}")
+        if self.vocab_size is not None:
+            check_scores_vocab(vocab_size, self.vocab_size)
         if self.value_map is None and vocab_size < self.circuit.n_values:
             raise ValueError(f"scores have {vocab_size} tokens but the circuit reads token ids "
                              f"0..{self.circuit.n_values - 1}")
