@@ -33,7 +33,8 @@ import pseudosl
 from pseudosl.experiments.detox.constraint import forbidden_sequences
 from pseudosl.experiments.detox.words import load_words
 from pseudosl.logic.automaton import SparseDFA, forbidden_sequences_dfa
-from pseudosl.tokens.constraint import AutomatonConstraint, ValueMap
+from pseudosl.tokens.constraint import AutomatonConstraint
+from pseudosl.tokens.value_map import ValueMap
 
 VOCAB = 49_152  # SmolLM2's
 PROMPT = 8

@@ -15,7 +15,8 @@ import pseudosl
 from pseudosl.logic.automaton import DFA, SparseDFA, forbidden_sequences_dfa
 from pseudosl.logic.errors import UnsatisfiableError
 from pseudosl.generation import automaton_mask
-from pseudosl.tokens.constraint import AutomatonConstraint, ValueMap
+from pseudosl.tokens.constraint import AutomatonConstraint
+from pseudosl.tokens.value_map import ValueMap
 from pseudosl.generation.row_lineage import RowLineage
 from tiny_models import tiny_gpt2
 

@@ -48,7 +48,7 @@ from .. import checks
 from ..checks import check_candidates, check_positions, check_sample
 from ..logic.errors import check_int
 from ..memory import release_freed_cpu_memory
-from ..tokens.constraint import ValueMap
+from ..tokens.value_map import ValueMap
 from .engine import Engine, exact_mode
 from .folded_neighbours import FoldedNeighbours
 from .lm_memory import LMShape, NeighbourPlan, default_budget, plan_neighbours

@@ -59,7 +59,8 @@ from torch import Tensor, nn
 from .. import checks, memory
 from ..checks import check_sample
 from ..circuit import Circuit
-from ..tokens.constraint import Constraint, ValueMap
+from ..tokens.constraint import Constraint
+from ..tokens.value_map import ValueMap
 from .neighbours import check_log_joint_output, local_conditionals
 from .sampling import check_count
 

@@ -39,7 +39,8 @@ from ..logic.automaton import SparseDFA
 from ..logic.errors import check_int
 from ..logic.lift import lift_to_tokens
 from ..logic.words import check_words, words_byte_automaton
-from .constraint import AutomatonConstraint, ValueMap
+from .constraint import AutomatonConstraint
+from .value_map import ValueMap
 
 __all__ = ["no_forbidden_words", "token_byte_strings"]
 
