@@ -13,7 +13,9 @@ so ``diff docs/reproduction.md runs/reproduce/reproduction.md`` shows what a fre
 the document is ``reproduction.md`` for ``quick`` and ``paper`` and ``results.md`` for ``cpu`` and ``real``;
 ``write_docs=True`` (``--write-docs``) updates the tracked ``docs/<document>`` instead, ``report`` any
 file.  Text outside the markers (the paper's numbers, the notes) is left alone, so the report is
-hand-written prose around generated tables.  A block holds the command, the machine and its load, the
+hand-written prose around generated tables; markers that cannot delimit a block (a ``BEGIN`` whose ``END`` was lost,
+an ``END`` alone, a pair out of order or twice) are refused by name (:func:`check_markers`) before any run starts
+and before anything is written: replacing such a block would delete the hand-written text after it.  A block holds the command, the machine and its load, the
 wall time and the time per run, the table with the paired comparisons and the preset's note (the run's
 ``table.txt``), and the figures, copied next to the report into ``figures/``.  Extra sections (the
 fidelity study) register in :data:`SECTIONS`.
