@@ -22,14 +22,15 @@ with no token below ``vocab_size`` (a model's padded embedding rows), contribute
 automaton where it is (identity transitions).  Other decoders (SentencePiece's ``Metaspace``, WordPiece) are
 refused by name, as is a tokenizer whose ``decode`` cleans up tokenization spaces (it rewrites the text).
 
-The automaton is cached under ``$PSEUDOSL_CACHE`` (:mod:`pseudosl.cache`), keyed by the words, the flags and a
-hash of the tokens' byte strings.
+The automaton is cached under ``$PSEUDOSL_CACHE`` (:mod:`pseudosl.cache`), keyed by the words, the flags, the
+version of Python's Unicode tables and a hash of the tokens' byte strings.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+import unicodedata
 from typing import Any, Sequence
 
 import numpy as np
@@ -85,7 +86,9 @@ def no_forbidden_words(words: Sequence[str], tokenizer: Any, *, ignore_case: boo
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     tokens = token_byte_strings(tokenizer, vocab_size)
     digest = hashlib.sha256(b"".join(b"-" if t is None else b"%d:" % len(t) + t for t in tokens)).hexdigest()
-    key = ("no_forbidden_words", _VERSION, tuple(words), ignore_case, word_boundaries, len(tokens), digest)
+    # what re matches to a character (case folding) follows Python's Unicode tables: their version is in the key
+    key = ("no_forbidden_words", _VERSION, unicodedata.unidata_version, tuple(words), ignore_case, word_boundaries,
+           len(tokens), digest)
     start = time.perf_counter()
     built = []
 
