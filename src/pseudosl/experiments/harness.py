@@ -237,14 +237,14 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
                                                                            ckpt.get("best_epoch", 0))})
         accelerator.print(f"{path}: epoch {ckpt['epoch']}, " + ", ".join(f"{m} {metrics[m]:.2f}{unit(exp, m)}"
                                                                         for m in exp.metrics))
-    tables = []
+    per_config = []
     for key, runs in groups.items():
         cfg = cfgs[key]
         stopped = sorted({r["epoch"] for r in runs} - {key[1]})
         done = f", some runs stopped at epoch {', '.join(map(str, stopped))} of {key[1]}" if stopped else ""
         title = f"{exp.name} (test split; preset {cfg.preset}, config {key[0]}{done})"
         t = tables(exp, cfg, runs, list(dict.fromkeys(r["model"] for r in runs)), title)
-        tables.append({"config": cfg.to_dict(), "content_key": key[0], "epochs": key[1], "summary": t["summary"],
-                       "comparisons": t["comparisons"], "training": t["training"], "runs": runs})
+        per_config.append({"config": cfg.to_dict(), "content_key": key[0], "epochs": key[1], "summary": t["summary"],
+                           "comparisons": t["comparisons"], "training": t["training"], "runs": runs})
         accelerator.print(t["text"])
-    return {"tables": tables}
+    return {"tables": per_config}
