@@ -149,7 +149,7 @@ def matching_characters(chars: Sequence[str], *, ignore_case: bool = True) -> di
     literal is tried on them; results are kept for the process.
 
     Example:
-        >>> sorted(map(hex, map(ord, matching_characters(["k"])["k"])))
+        >>> [hex(ord(c)) for c in sorted(matching_characters(["k"])["k"])]
         ['0x4b', '0x6b', '0x212a']
     """
     todo = sorted({c for c in chars if (c, ignore_case) not in _MATCHES})
