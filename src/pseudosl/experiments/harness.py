@@ -50,7 +50,7 @@ from typing import Any
 import torch
 
 from ..errors import PseudoslError, RunFolderError
-from ..logic.errors import check_int
+from ..logic.checks import check_int
 from .checkpoints import CheckpointError, check_continuable, load_checkpoint, load_weights
 from .config import ConfigError, RunConfig, model_variant
 from .experiment import Experiment, Splits

@@ -36,11 +36,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..checks import check_sample
+from ..checks import check_int, check_root, check_sample
 from ..circuit import Circuit
 from ..compile import compile_automaton
 from ..logic.automaton import SparseDFA, forbidden_sequences_sparse_dfa
-from ..logic.errors import check_int
 from ..losses import constraint_log_prob
 from .value_map import ValueMap
 
@@ -55,8 +54,7 @@ def sample_satisfies(circuit: Circuit, values: Tensor, allowed: Tensor | None = 
     elsewhere): the log WMC is 0 for a model and ``-inf`` otherwise.  Every root must hold, or root ``root`` only.
     """
     values = check_sample(values, circuit.n_values, "values")
-    if root is not None and not 0 <= check_int("root", root) < circuit.n_roots:
-        raise ValueError(f"root must be an int in 0..{circuit.n_roots - 1} (a root of the circuit), got {root!r}")
+    root = check_root(root, circuit.n_roots, every_root=True)
     one_hot = torch.full((*values.shape, circuit.n_values), float("-inf"), device=values.device)
     one_hot.scatter_(-1, values.unsqueeze(-1), 0.0)
     with torch.no_grad():

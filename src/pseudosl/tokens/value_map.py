@@ -16,9 +16,14 @@ import torch
 from torch import Tensor
 
 from .. import checks
-from ..logic.errors import check_int
+from ..checks import check_int
 
-__all__ = ["ValueMap", "fold_classes"]
+__all__ = ["ValueMap", "MAX_VOCAB_SIZE", "fold_classes"]
+
+
+MAX_VOCAB_SIZE = 1 << 22
+"""The largest vocabulary a value map or a word list is built for (4,194,304 tokens; the largest models' have about
+260K): a mistyped size (``10**9``) is refused by name before a table per token is made."""
 
 
 class ValueMap:
@@ -41,7 +46,7 @@ class ValueMap:
 
     def __init__(self, tokens: Sequence[int], vocab_size: int) -> None:
         toks = [check_int("a token", t) for t in tokens]
-        vocab_size = check_int("vocab_size", vocab_size, 1)
+        vocab_size = check_int("vocab_size", vocab_size, 1, high=MAX_VOCAB_SIZE)
         if len(set(toks)) != len(toks):
             raise ValueError("tokens must be distinct (a token would be counted twice)")
         if any(not 0 <= t < vocab_size for t in toks):
@@ -60,6 +65,7 @@ class ValueMap:
         if table.dim() != 1 or table.numel() < 2:
             raise ValueError(f"lookup must be a 1-D list of each token's value, over at least 2 tokens, got shape "
                              f"{tuple(table.shape)}")
+        check_int("the vocabulary (len(lookup))", table.numel(), high=MAX_VOCAB_SIZE)
         if table.is_floating_point() or table.dtype == torch.bool or table.is_complex():
             raise TypeError(f"lookup must hold integer values, got dtype {table.dtype}")
         table = table.long()

@@ -37,11 +37,11 @@ import numpy as np
 
 from ..cache import cached_arrays
 from ..logic.automaton import SparseDFA
-from ..logic.errors import check_int
+from ..logic.checks import check_bool, check_int
 from ..logic.lift import lift_to_tokens
 from ..logic.words import check_words, words_byte_automaton
 from .constraint import AutomatonConstraint
-from .value_map import ValueMap
+from .value_map import MAX_VOCAB_SIZE, ValueMap
 
 __all__ = ["no_forbidden_words", "token_byte_strings"]
 
@@ -81,9 +81,8 @@ def no_forbidden_words(words: Sequence[str], tokenizer: Any, *, ignore_case: boo
         [False, True, True]
     """
     words = check_words(words)
-    for name, flag in (("ignore_case", ignore_case), ("word_boundaries", word_boundaries)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    ignore_case = check_bool("ignore_case", ignore_case)
+    word_boundaries = check_bool("word_boundaries", word_boundaries)
     tokens = token_byte_strings(tokenizer, vocab_size)
     digest = hashlib.sha256(b"".join(b"-" if t is None else b"%d:" % len(t) + t for t in tokens)).hexdigest()
     # what re matches to a character (case folding) follows Python's Unicode tables: their version is in the key
@@ -125,7 +124,7 @@ def token_byte_strings(tokenizer: Any, vocab_size: int | None = None) -> list[by
                          "concatenation of per-token bytes")
     vocab = backend.get_vocab(with_added_tokens=True)
     n_tokens = max(vocab.values()) + 1 if vocab else 0
-    size = n_tokens if vocab_size is None else check_int("vocab_size", vocab_size, low=2)
+    size = n_tokens if vocab_size is None else check_int("vocab_size", vocab_size, low=2, high=MAX_VOCAB_SIZE)
     if size < n_tokens:
         raise ValueError(f"vocab_size={size} is below the tokenizer's {n_tokens} token ids; pass the model's "
                          "vocabulary size (at least the tokenizer's)")
