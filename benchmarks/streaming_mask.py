@@ -49,7 +49,8 @@ from pseudosl.experiments.detox.words import load_words
 from pseudosl.experiments.pretrained import model_source
 from pseudosl.generation.row_lineage import RowLineage
 from pseudosl.logic.automaton import SparseDFA, forbidden_sequences_dfa
-from pseudosl.tokens.constraint import AutomatonConstraint, ValueMap
+from pseudosl.tokens.constraint import AutomatonConstraint
+from pseudosl.tokens.value_map import ValueMap
 
 PROMPT = 8
 

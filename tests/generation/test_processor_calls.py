@@ -18,7 +18,8 @@ import oracle
 import pseudosl
 from pseudosl.generation import MaskConflictError
 from pseudosl.logic.automaton import DFA, SparseDFA
-from pseudosl.tokens.constraint import AutomatonConstraint, ValueMap
+from pseudosl.tokens.constraint import AutomatonConstraint
+from pseudosl.tokens.value_map import ValueMap
 from test_streaming_processor import EOS, V, parity_and_no_4_4, texts
 from tiny_models import circuit_from_truth, tiny_gpt2
 

@@ -14,9 +14,9 @@ import torch
 import pseudosl
 from pseudosl.logic.automaton import DFA, SparseDFA, forbidden_sequences_dfa
 from pseudosl.logic.errors import UnsatisfiableError
-from pseudosl.generation import automaton_mask, banned
-from pseudosl.tokens.constraint import AutomatonConstraint, ValueMap
-from pseudosl.generation import row_lineage
+from pseudosl.generation import automaton_mask, banned, row_lineage
+from pseudosl.tokens.constraint import AutomatonConstraint
+from pseudosl.tokens.value_map import ValueMap
 from pseudosl.generation.row_lineage import RowLineage
 from tiny_models import tiny_gpt2
 

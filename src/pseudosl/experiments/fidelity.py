@@ -11,7 +11,7 @@ bits, mean ± std over the anchors, beside the paper's GPT-2 numbers (80.89 / 35
 
 Sources of ``(model, anchors)``:
 
-* a harness checkpoint: the experiment's :meth:`~pseudosl.experiments.harness.Experiment.fidelity_inputs`
+* a harness checkpoint: the experiment's :meth:`~pseudosl.experiments.experiment.Experiment.fidelity_inputs`
   (Sudoku: the RNN bound to the first test puzzles; anchors = its own samples, givens kept, eval mode);
 * a Hugging Face causal LM (``from_pretrained``; local folders work offline): :class:`pseudosl.CausalLMEngine`
   over the full vocabulary after a BOS prompt; anchors = windows of ``--length`` tokens sampled from the model
@@ -53,7 +53,7 @@ class FidelityRun:
 def checkpoint_inputs(path: str | Path, n_examples: int, device: str) -> FidelityRun:
     """The checkpoint's model (best on validation when there is one) on its experiment's test inputs."""
     from .registry import experiment
-    from .harness import CheckpointError, load_checkpoint
+    from .checkpoints import CheckpointError, load_checkpoint
     ckpt = load_checkpoint(Path(path))
     if "experiment" not in ckpt:
         raise CheckpointError(f"{path}: the checkpoint does not name its experiment")

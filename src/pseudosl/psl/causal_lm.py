@@ -47,7 +47,7 @@ from torch.utils.checkpoint import checkpoint
 from .. import checks
 from ..checks import check_bool, check_candidates, check_int, check_positions, check_sample
 from ..memory import check_budget, release_freed_cpu_memory
-from ..tokens.constraint import ValueMap
+from ..tokens.value_map import ValueMap
 from .engine import Engine, exact_mode
 from .folded_neighbours import FoldedNeighbours
 from .lm_memory import MAX_LENGTH, LMShape, NeighbourPlan, default_budget, plan_neighbours, plan_rows

@@ -59,7 +59,8 @@ from torch import Tensor, nn
 from .. import checks, memory
 from ..checks import check_bool, check_int, check_sample
 from ..circuit import Circuit
-from ..tokens.constraint import Constraint, ValueMap
+from ..tokens.constraint import Constraint
+from ..tokens.value_map import ValueMap
 from .neighbours import check_log_joint_output, local_conditionals
 
 __all__ = ["Engine", "LogJointEngine", "exact_mode", "trainable_recurrence"]

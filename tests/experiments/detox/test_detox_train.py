@@ -137,7 +137,8 @@ def test_psl_on_model_samples(tmp_path, shared):
 def test_quick_pipeline_end_to_end_with_resume_and_eval(tmp_path, shared, capsys):
     from pseudosl.cli import main as cli_main
     from pseudosl.experiments.detox.train import METRICS, DetoxExperiment
-    from pseudosl.experiments.harness import load_checkpoint, train
+    from pseudosl.experiments.checkpoints import load_checkpoint
+    from pseudosl.experiments.harness import train
     # the decoders' continuations (5 tokens) are longer than the PSL's window (4): a constraint of their own
     same = dict(patience=3, eval_new_tokens=5, decoders=["processor", "resample"], resample_candidates=2)
     cfg = _cfg(tmp_path, shared, epochs=1, **same)

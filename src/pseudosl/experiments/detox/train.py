@@ -34,8 +34,8 @@ from torch.utils.data import TensorDataset
 import pseudosl
 
 from ..objective import Objective as TrainingObjective
-from ..experiment import Experiment, Splits
-from ..harness import make_accelerator
+from ..experiment import Action, Experiment, Splits
+from ..loop import make_accelerator
 from ..harness import train as harness_train
 from .config import PRESETS, DetoxConfig
 from .corpus import data_root, load_documents, split_documents
@@ -318,8 +318,6 @@ class DetoxExperiment(Experiment[DetoxConfig]):
     test_curves = False  # the test evaluation (with banning) runs once, on the selected checkpoint
     paper = PAPER
     presets = PRESETS
-    actions = {"pretrain": "pretrain the scratch GPT-2 and its tokenizer on the corpus (cached)",
-               "generate": "sample and score SGEAT's unprompted generations (cached; pretrains first if needed)"}
 
     def __init__(self) -> None:
         self._contexts: dict[str, tuple[Context, Splits]] = {}
@@ -352,18 +350,21 @@ class DetoxExperiment(Experiment[DetoxConfig]):
     def selection_order(self, cfg: DetoxConfig | None = None) -> list[str]:
         return ["ppl"] if cfg is not None and cfg.select == "ppl" else ["emt_full", "ppl"]
 
-    def run_action(self, action: str, cfg: DetoxConfig) -> None:
-        if action == "pretrain":
-            path = pretrain(cfg) if cfg.model == "scratch" else None
-            print(f"model: {path or cfg.model}" + ("" if path else " (given; nothing to pretrain)"))
-        elif action == "generate":
-            ctx, splits = self.context(cfg)
-            print(splits.description)
-        else:
-            super().run_action(action, cfg)
+    def actions(self) -> dict[str, Action]:
+        return {"pretrain": Action("pretrain the scratch GPT-2 and its tokenizer on the corpus (cached)",
+                                   self._pretrain),
+                "generate": Action("sample and score SGEAT's unprompted generations (cached; pretrains first if "
+                                   "needed)", self._generate)}
+
+    def _pretrain(self, cfg: DetoxConfig) -> None:
+        path = pretrain(cfg) if cfg.model == "scratch" else None
+        print(f"model: {path or cfg.model}" + ("" if path else " (given; nothing to pretrain)"))
+
+    def _generate(self, cfg: DetoxConfig) -> None:
+        print(self.context(cfg)[1].description)
 
     def report(self, result: dict, out: Path) -> None:
-        from ..harness import model_label
+        from ..summary import model_label
         from .report import write_report
         write_report(result, out, {name: model_label(self, name) for name in result["summary"]})
 
