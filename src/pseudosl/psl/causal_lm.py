@@ -49,7 +49,7 @@ from ..checks import check_candidates, check_positions, check_sample
 from ..logic.errors import check_int
 from ..memory import release_freed_cpu_memory
 from ..tokens.constraint import ValueMap
-from .engine import Engine, exact_mode
+from .engine import Engine, LogitsHook, exact_mode
 from .folded_neighbours import FoldedNeighbours
 from .lm_memory import LMShape, NeighbourPlan, default_budget, plan_neighbours
 from .sampling import check_count, sample_from_logits
@@ -266,11 +266,12 @@ class CausalLMEngine(Engine):
     @torch.no_grad()
     def sample(self, example: Tensor | None = None, *, batch_size: int | None = None, length: int | None = None,
                temperature: float = 1.0, top_p: float | None = None, greedy: bool = False,
-               generator: torch.Generator | None = None) -> Tensor:
+               generator: torch.Generator | None = None, logits_processor: LogitsHook | None = None) -> Tensor:
         """``(N, length)`` ancestral samples of the prompts' continuations, token by token on the key/value cache.
 
         Exact samples of ``p`` (no token is banned, none ends the sequence early), except that with
-        ``n_values`` < vocabulary only the tokens ``0 .. n_values-1`` are drawn (the others masked at each step).
+        ``n_values`` < vocabulary only the tokens ``0 .. n_values-1`` are drawn (the others masked at each step),
+        and that ``logits_processor`` (:meth:`Engine.sample`) rewrites each step's logits.
         """
         n = self.sample_length(length)
         self._check_length(n)
@@ -287,6 +288,8 @@ class CausalLMEngine(Engine):
                 if self._restricted():
                     logits = logits.masked_fill(torch.arange(self.vocab_size, device=device) >= self.n_values,
                                                 float("-inf"))
+                if logits_processor is not None:
+                    logits = logits_processor(out, logits)
                 tok = sample_from_logits(logits, temperature=temperature, top_p=top_p, greedy=greedy,
                                          generator=generator).to(device)[:, None]
                 out = torch.cat([out, tok], 1)
