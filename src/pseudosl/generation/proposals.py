@@ -66,6 +66,7 @@ from torch import Tensor
 from ..circuit import Circuit
 from ..logic.errors import UnsatisfiableError
 from ..psl.engine import Engine
+from ..tokens.constraint import AutomatonConstraint, sample_satisfies
 
 __all__ = ["Candidates", "EditProposal", "LocalProposal", "Proposal", "RestartProposal", "REPAIR_RATE",
            "class_log_probs", "prefix_log_probs", "repair_start", "tokens_within_classes"]
@@ -207,9 +208,17 @@ class RestartProposal(Proposal):
     """Regeneration after the repair (module docs): the anchor's tokens up to ``lookback`` positions before the first
     position the repair changes are kept; the rest is drawn token by token from the model, masked to the tokens after
     which the constraint stays satisfiable.  The candidates share the anchor's prefix: the output tends to
-    ``p(. | x, y_<s, alpha)``, not ``p(. | x, alpha)`` (``exact = False``)."""
+    ``p(. | x, y_<s, alpha)``, not ``p(. | x, alpha)`` (``exact = False``).
+
+    ``automaton``: the :class:`~pseudosl.tokens.AutomatonConstraint` the constraint's window was compiled from (e.g.
+    ``no_forbidden_words(...)`` for ``no_forbidden_words(...).window(n)``): its streaming masks
+    (:class:`~pseudosl.ConstraintLogitsProcessor` with ``max_new_tokens=n``) keep the same tokens as the circuit's
+    marginals for a fraction of the cost (a few gathers per step against a pass over the circuit's edges).  Every
+    output is checked against the circuit: an automaton that is not the window's is refused by name.
+    """
 
     lookback: int = 2
+    automaton: AutomatonConstraint | None = None
     exact = False
     has_mpe = False
 
@@ -217,26 +226,42 @@ class RestartProposal(Proposal):
         if isinstance(self.lookback, bool) or not isinstance(self.lookback, int) or self.lookback < 0:
             raise ValueError(f"lookback must be an int >= 0 (positions kept less before the repair), got "
                              f"{self.lookback!r}")
+        if self.automaton is not None and not isinstance(self.automaton, AutomatonConstraint):
+            raise TypeError(f"automaton must be the pseudosl.tokens.AutomatonConstraint the window was compiled "
+                            f"from, or None, got {type(self.automaton).__name__}")
 
     def factors(self, engine, circuit, anchor, allowed, root, chunk_size):
         raise NotImplementedError("RestartProposal is sequential: it has no factors")
 
     def draw(self, engine, circuit, anchor, k, allowed, root, chunk_size, generator):
-        log_count = circuit.n_vars * math.log(circuit.n_values)
-        if log_count > MAX_LOG_COMPLETIONS:
-            raise ValueError(f"RestartProposal masks with counts of completions, up to exp({log_count:.0f}) for "
-                             f"{circuit.n_vars} positions of {circuit.n_values} values, which could underflow in "
-                             f"float64; use windows with n ln k <= {MAX_LOG_COMPLETIONS:.0f}, or another proposal")
         b, n = anchor.shape
+        masks = self._masks(engine, circuit, n, allowed, root, k)
         start = (repair_start(engine, circuit, anchor, allowed, root) - self.lookback).clamp(min=0)
-        rows = lambda t: None if t is None else t.repeat_interleave(k, 0)  # noqa: E731  (B, ...) -> (B K, ...)
-        steps = _MaskedSteps(circuit, engine, rows(anchor), rows(start), rows(allowed), root,
-                             torch.float32 if log_count <= FLOAT32_LOG_COMPLETIONS else torch.float64)
+        steps = _MaskedSteps(masks, anchor.repeat_interleave(k, 0), start.repeat_interleave(k))
         example = engine.example_ids(b, anchor.device).repeat_interleave(k)
         out = engine.sample(example, length=n, generator=generator, logits_processor=steps)
         steps.finish(out)
+        if self.automaton is not None and not sample_satisfies(circuit, engine.circuit_values(out), allowed,
+                                                               root=root).all():
+            raise ValueError("RestartProposal's automaton let through a sequence that the circuit rejects: pass the "
+                             "AutomatonConstraint whose window(n) is the constraint (or automaton=None)")
         nan = torch.full((b,), float("nan"), dtype=steps.log_q.dtype, device=anchor.device)
         return Candidates(out.view(b, k, n), steps.log_q.view(b, k), steps.log_p.view(b, k), nan)
+
+    def _masks(self, engine: Engine, circuit: Circuit, n: int, allowed: Tensor | None, root: int | None,
+               k: int) -> "_Masks":
+        """The masks of ``k`` rows per anchor, checked before the model runs."""
+        if self.automaton is None:
+            return _CircuitMasks(circuit, engine.value_map, None if allowed is None else allowed.repeat_interleave(k, 0),
+                                 root)
+        if allowed is not None:
+            raise ValueError("RestartProposal(automaton=...) masks with the automaton alone; allowed= needs the "
+                             "circuit's masks: pass automaton=None")
+        if self.automaton.value_map != engine.value_map:
+            raise ValueError(f"the automaton folds tokens with {self.automaton.value_map} but the engine with "
+                             f"{engine.value_map}: pass the automaton the constraint's window was compiled from")
+        from .logits_process import ConstraintLogitsProcessor  # imports transformers: only here
+        return _AutomatonMasks(ConstraintLogitsProcessor(self.automaton, max_new_tokens=n))
 
 
 # -- shared pieces ---------------------------------------------------------------------------------------
@@ -334,16 +359,68 @@ def tokens_within_classes(engine: Engine, within: Tensor, values: Tensor,
     return ids.transpose(1, 2), within.gather(-1, ids).sum(1)
 
 
+class _Masks(abc.ABC):
+    """``(R, V)`` bool: the tokens after which the constraint stays satisfiable, given each row's prefix."""
+
+    @abc.abstractmethod
+    def __call__(self, prefix: Tensor, vocab: int, free: Tensor) -> Tensor:
+        """For the rows' prefixes ``(R, t)``, called once per ``t = 0, 1, ..`` in order; the rows where ``free (R,)``
+        is False may get any mask."""
+
+
+class _CircuitMasks(_Masks):
+    """The circuit's marginal of position ``t`` given the prefix (every later position free) is positive exactly for
+    the values that keep ``alpha AND allowed`` satisfiable (counts of completions, as the processor's window mode)."""
+
+    def __init__(self, circuit: Circuit, value_map, allowed: Tensor | None, root: int | None) -> None:
+        log_count = circuit.n_vars * math.log(circuit.n_values)
+        if log_count > MAX_LOG_COMPLETIONS:
+            raise ValueError(f"RestartProposal masks with counts of completions, up to exp({log_count:.0f}) for "
+                             f"{circuit.n_vars} positions of {circuit.n_values} values, which could underflow in "
+                             f"float64; use windows with n ln k <= {MAX_LOG_COMPLETIONS:.0f}, pass automaton=, or "
+                             "use another proposal")
+        self.dtype = torch.float32 if log_count <= FLOAT32_LOG_COMPLETIONS else torch.float64
+        self.circuit, self.value_map, self.allowed, self.root = circuit, value_map, allowed, root
+
+    def __call__(self, prefix: Tensor, vocab: int, free: Tensor) -> Tensor:
+        out = torch.zeros(prefix.shape[0], vocab, dtype=torch.bool, device=prefix.device)
+        rows = free.nonzero()[:, 0]
+        if rows.numel() == 0:
+            return out
+        r, t = rows.shape[0], prefix.shape[1]
+        n, k = self.circuit.n_vars, self.circuit.n_values
+        x = torch.zeros(r, n, k, dtype=self.dtype, device=prefix.device)
+        values = prefix[rows] if self.value_map is None else self.value_map.to_values(prefix[rows])
+        x[:, :t] = float("-inf")
+        x[:, :t].scatter_(-1, values[..., None], 0.0)  # the prefix as one-hot log-probabilities
+        allowed = None if self.allowed is None else self.allowed[rows]
+        ok = self.circuit.marginals(x, allowed, root=self.root)[:, t] > 0  # (r, k)
+        if self.value_map is not None:
+            out[rows] = ok[:, self.value_map.on(prefix.device)[1]]
+        else:
+            out[rows, :k] = ok
+        return out
+
+
+class _AutomatonMasks(_Masks):
+    """The streaming processor's masks (``max_new_tokens = n``): an accepting state stays reachable in the tokens left."""
+
+    def __init__(self, processor) -> None:
+        self.processor = processor
+
+    def __call__(self, prefix: Tensor, vocab: int, free: Tensor) -> Tensor:  # every row: states follow the tokens
+        zeros = torch.zeros(prefix.shape[0], vocab, device=prefix.device)
+        return ~torch.isneginf(self.processor(prefix, zeros))
+
+
 class _MaskedSteps:
     """The logits processor of :class:`RestartProposal` for ``engine.sample`` over ``R`` rows: before ``start[r]``
-    row ``r`` takes its anchor's token; from there only the tokens after which ``alpha AND allowed`` stays
-    satisfiable.  It adds ``log p`` (the model's own distribution) of every drawn token to ``log_p`` and ``log q``
-    (the masked distribution it was drawn from) of the free ones to ``log_q``; :meth:`finish` adds the last."""
+    row ``r`` takes its anchor's token; from there only the tokens ``masks`` keeps.  It adds ``log p`` (the model's
+    own distribution) of every drawn token to ``log_p`` and ``log q`` (the masked distribution it was drawn from) of
+    the free ones to ``log_q``; :meth:`finish` adds the last."""
 
-    def __init__(self, circuit: Circuit, engine: Engine, anchor: Tensor, start: Tensor, allowed: Tensor | None,
-                 root: int | None, dtype: torch.dtype) -> None:
-        self.circuit, self.value_map, self.root, self.dtype = circuit, engine.value_map, root, dtype
-        self.anchor, self.start, self.allowed = anchor, start, allowed
+    def __init__(self, masks: _Masks, anchor: Tensor, start: Tensor) -> None:
+        self.masks, self.anchor, self.start = masks, anchor, start
         self.log_p = torch.zeros(anchor.shape[0], dtype=torch.float64, device=anchor.device)
         self.log_q = torch.zeros_like(self.log_p)
         self._last: tuple[Tensor, Tensor, Tensor] | None = None
@@ -353,9 +430,11 @@ class _MaskedSteps:
         if t:
             self._add(prefix[:, -1])
         log_p = logits.log_softmax(-1)
-        ok = self._allowed_tokens(prefix, logits.shape[-1])
+        free = t >= self.start
+        ok = self.masks(prefix, logits.shape[-1], free) & free[:, None]
+        ok[torch.arange(len(free), device=ok.device), self.anchor[:, t]] |= ~free  # the anchor's token before start
         masked = log_p.masked_fill(~ok, float("-inf"))
-        self._last = (log_p, masked.log_softmax(-1), t >= self.start)
+        self._last = (log_p, masked.log_softmax(-1), free)
         return masked
 
     def finish(self, sample: Tensor) -> None:
@@ -367,28 +446,3 @@ class _MaskedSteps:
         log_p, log_q, free = self._last
         self.log_p += log_p.gather(-1, token[:, None])[:, 0].double()
         self.log_q += torch.where(free, log_q.gather(-1, token[:, None])[:, 0].double(), 0.0)
-
-    def _allowed_tokens(self, prefix: Tensor, vocab: int) -> Tensor:
-        """``(R, V)`` bool: the anchor's token at ``t`` for a row before its start; else the tokens whose value keeps
-        the constraint satisfiable after the prefix (the circuit's marginal of position ``t`` given the prefix, every
-        later position free, is positive exactly for them)."""
-        r, t = prefix.shape
-        free = t >= self.start
-        ok = torch.zeros(r, vocab, dtype=torch.bool, device=prefix.device)
-        ok[torch.arange(r, device=prefix.device), self.anchor[:, t]] = True
-        if not free.any():
-            return ok
-        rows = free.nonzero()[:, 0]
-        n, k = self.circuit.n_vars, self.circuit.n_values
-        x = torch.zeros(rows.shape[0], n, k, dtype=self.dtype, device=prefix.device)
-        values = prefix[rows] if self.value_map is None else self.value_map.to_values(prefix[rows])
-        x[:, :t] = float("-inf")
-        x[:, :t].scatter_(-1, values[..., None], 0.0)  # the prefix as one-hot log-probabilities
-        allowed = None if self.allowed is None else self.allowed[rows]
-        values_ok = self.circuit.marginals(x, allowed, root=self.root)[:, t] > 0  # (rows, k)
-        if self.value_map is not None:
-            tokens_ok = values_ok[:, self.value_map.on(prefix.device)[1]]
-        else:
-            tokens_ok = torch.cat([values_ok, values_ok.new_zeros(values_ok.shape[0], vocab - k)], -1)
-        ok[rows] = tokens_ok
-        return ok
