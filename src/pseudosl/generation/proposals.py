@@ -57,6 +57,7 @@ Example:
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -66,7 +67,7 @@ from torch import Tensor
 from ..circuit import Circuit
 from ..logic.errors import UnsatisfiableError
 from ..psl.engine import Engine
-from ..tokens.constraint import AutomatonConstraint, sample_satisfies
+from ..tokens.constraint import AutomatonConstraint, Constraint, sample_satisfies
 
 __all__ = ["Candidates", "EditProposal", "LocalProposal", "Proposal", "RestartProposal", "REPAIR_RATE",
            "class_log_probs", "prefix_log_probs", "repair_start", "tokens_within_classes"]
@@ -123,6 +124,10 @@ class Proposal(abc.ABC):
             out, log_r = tokens_within_classes(engine, tokens, out, generator)
             log_q = log_q + log_r
         return Candidates(out, log_q, self.score(engine, out, chunk_size), draws.log_partition)
+
+    def bind(self, constraint: Circuit | Constraint, allowed: Tensor | None) -> "Proposal":
+        """The proposal for this constraint (what :func:`~pseudosl.constrained_sample` uses; itself by default)."""
+        return self
 
     def score(self, engine: Engine, values: Tensor, chunk_size: int | None) -> Tensor:
         """``(B, K)`` ``log p`` of the candidates ``(B, K, n)`` (``engine.log_prob``)."""
@@ -232,6 +237,14 @@ class RestartProposal(Proposal):
 
     def factors(self, engine, circuit, anchor, allowed, root, chunk_size):
         raise NotImplementedError("RestartProposal is sequential: it has no factors")
+
+    def bind(self, constraint, allowed):
+        """Without an automaton of its own, the automaton a window constraint was compiled from
+        (``Constraint.automaton``), unless ``allowed`` needs the circuit's masks."""
+        window_of = getattr(constraint, "automaton", None)
+        if self.automaton is None and window_of is not None and allowed is None:
+            return dataclasses.replace(self, automaton=window_of)
+        return self
 
     def draw(self, engine, circuit, anchor, k, allowed, root, chunk_size, generator):
         b, n = anchor.shape

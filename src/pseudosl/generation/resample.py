@@ -74,14 +74,13 @@ from ..logic.errors import UnsatisfiableError, check_int
 from ..tokens.constraint import Constraint, sample_satisfies
 from ..psl.engine import Engine, engine_circuit
 from ..psl.sampling import check_count, sample_from_logits
-from .proposals import Candidates, LocalProposal, Proposal, check_mass
+from .proposals import Candidates, LocalProposal, Proposal, RestartProposal, check_mass
 
 __all__ = ["constrained_sample", "ResampleDiagnostics", "UnsatisfiableError"]  # the library's one
 # UnsatisfiableError (pseudosl.logic.errors), re-exported here: an except of either name catches both
 
 Mode = Literal["resample", "mpe"]
 DEFAULT_CANDIDATES = 16
-DEFAULT_PROPOSAL: Proposal = LocalProposal()
 
 
 @dataclass(frozen=True)
@@ -148,10 +147,10 @@ def _check(engine: Engine, constraint: Circuit | Constraint, mode: str, num_cand
     return circuit, k
 
 
-def _check_proposal(proposal: object, mode: str) -> Proposal:
-    """The proposal (``None``: the default), or a named error."""
+def _check_proposal(proposal: object, mode: str, engine: Engine) -> Proposal:
+    """The proposal (``None``: the default, module docs), or a named error."""
     if proposal is None:
-        return DEFAULT_PROPOSAL
+        return RestartProposal() if mode == "resample" and engine.autoregressive else LocalProposal()
     if not isinstance(proposal, Proposal):
         raise TypeError(f"proposal must be a pseudosl.generation proposal (LocalProposal(), EditProposal(), "
                         f"RestartProposal()), got {type(proposal).__name__}")
@@ -227,8 +226,9 @@ def constrained_sample(engine: Engine, circuit: Circuit | Constraint, sample: Te
         UnsatisfiableError: (a ``ValueError``) the constraint and ``allowed`` have no model for an example (checked
             before the model runs), or the model gives every model probability 0.
     """
+    constraint = circuit
     circuit, k = _check(engine, circuit, mode, num_candidates, root)
-    proposal = _check_proposal(proposal, mode)
+    proposal = _check_proposal(proposal, mode, engine).bind(constraint, allowed)
     rounds = check_count("rounds", rounds, 1)
     _check_allowed(allowed, circuit)
     n = circuit.n_vars
