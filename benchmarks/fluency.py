@@ -26,7 +26,8 @@ independent draws.
 * ``bad_words_ids``: Hugging Face's ban of every word with and without a leading space, lower-case and capitalised;
 * ``processor``: ``ConstraintLogitsProcessor(automaton)`` in ``generate`` (token masking; ``max_new_tokens=20`` for a
   required word, so that the text ends accepted);
-* ``restart K``: ``constrained_sample(..., proposal=RestartProposal(2, automaton))``;
+* ``restart K``: ``constrained_sample(..., proposal=RestartProposal(2, automaton))``, the default proposal
+  (``K = 16``: the default number of candidates);
 * ``edit K``: ``EditProposal(rate=0.02, window=1)``;
 * ``Gen-C K``: Gen-C as published, ``LocalProposal()``, the engine's 2-row construction (``top_k=0,
   top_k_distinguished=0, max_class_size=V``: per position the anchor's token and one estimate shared by every other
@@ -302,8 +303,8 @@ def main() -> None:
             "rejection <= 20": lambda: rejection(s, rows, keys, tab["ok"]),
             "processor": lambda: dict(zip(("tokens", "seconds"),
                                           generate(s, rows, [(0, *k) for k in keys], tab["processor"]))),
-            "restart K=4": lambda: resampled(s, constraint, rows, anchors, RestartProposal(2, tab["auto"]), 4, 1)[4],
             "restart K=8": lambda: resampled(s, constraint, rows, anchors, RestartProposal(2, tab["auto"]), 8, 2)[8],
+            "restart K=16": lambda: resampled(s, constraint, rows, anchors, RestartProposal(2, tab["auto"]), 16, 5)[16],
             "edit K=16": lambda: resampled(s, constraint, rows, anchors, EditProposal(0.02, 1), 16, 3)[16],
             "Gen-C K=1,8": lambda: resampled(s, constraint, rows, anchors, LocalProposal(), 8, 4, nested=(1,)),
         }
@@ -312,8 +313,6 @@ def main() -> None:
                 s, rows, [(0, *k) for k in keys], bad_words_ids=tab["bad_words"])))
         if name == "words":
             runs.update({
-                "restart K=16 (subset)": lambda: resampled(s, constraint, rows[:sub], anchors[:sub],
-                                                           RestartProposal(2, tab["auto"]), 16, 5)[16],
                 "Gen-C K=32,128 (subset)": lambda: resampled(s, constraint, rows[:sub], anchors[:sub], LocalProposal(),
                                                              128, 6, nested=(32,)),
                 "Gen-C T=0.5 K=8,32 (subset)": lambda: resampled(s, constraint, rows[:sub], anchors[:sub],
