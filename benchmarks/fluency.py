@@ -372,7 +372,7 @@ def report(s: Setup, name: str, tab: dict[str, Any], rows: torch.Tensor, anchors
     print(f"\nexamples ({name}):")
     for i in range(examples):
         print("  anchor:", repr(s.tok.decode(anchors[i], skip_special_tokens=True)))
-        for dec in ("processor", "restart K=8", "Gen-C K=8"):
+        for dec in ("processor", "restart K=16", "Gen-C K=8"):
             if dec in results:
                 print(f"    {dec}:", repr(s.tok.decode(results[dec]["tokens"][i], skip_special_tokens=True)))
 
