@@ -134,7 +134,8 @@ def generate(s: Setup, prompt_rows: torch.Tensor, keys: list[tuple[int, ...]],
         procs = LogitsProcessorList(processors() + [RowNoise(keys[a:a + s.batch])])
         gen = s.model.generate(input_ids=ids, attention_mask=mask, generation_config=s.config, logits_processor=procs,
                                **kw)
-        out.append(gen[:, ids.shape[1]:])
+        gen = gen[:, ids.shape[1]:]  # a call whose every row ended at end-of-sequence stops early: pad as generate does
+        out.append(torch.nn.functional.pad(gen, (0, N - gen.shape[1]), value=s.config.pad_token_id))
     return torch.cat(out), time.perf_counter() - start
 
 
