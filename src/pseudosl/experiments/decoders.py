@@ -22,7 +22,9 @@ resample       an exact draw from ``q(. | x, alpha)``                       loca
                                                                             resample_candidates``
 =============  ==========================================================  ==========================================
 
-The autoregressive anchor is the greedy decode, not a sample: the proposal is then centred on the model's best guess,
+The autoregressive rows use Gen-C's local distribution (``proposal=LocalProposal()``; ``constrained_sample``'s default
+for a language model is the sequential ``RestartProposal``, chosen on real text, docs/benchmarks.md "Fluency").  The
+autoregressive anchor is the greedy decode, not a sample: the proposal is then centred on the model's best guess,
 the ``constrained`` output is deterministic, and the resampled output of a violating anchor still tends to
 ``p(. | x, alpha)`` as ``K`` grows (any anchor does; the weights correct the proposal).  A greedy decode that already
 satisfies the constraint (and ``allowed``) is returned unchanged by both (``constrained_sample``'s default
@@ -46,6 +48,7 @@ import torch
 from torch import Tensor
 
 import pseudosl
+from pseudosl.generation import LocalProposal
 
 from .structured import StructuredModel
 
@@ -97,6 +100,7 @@ def _local(mode: str):
                 y, diag = pseudosl.constrained_sample(model.engine(inputs[rows]), circuit, anchor[rows],
                                                       mode="resample" if resample else "mpe",
                                                       num_candidates=num_candidates if resample else None,
+                                                      proposal=LocalProposal(),
                                                       allowed=allowed, generator=generator, return_diagnostics=True)
                 out.append(y)
                 ess.append(diag.ess)

@@ -2,6 +2,9 @@
 
 * :mod:`.resample`       -- :func:`constrained_sample`: locally constrained resampling (candidates from the local
   distribution conditioned on the constraint, reweighted towards the model's own conditional),
+* :mod:`.proposals`      -- where the candidates come from: :class:`LocalProposal` (Gen-C's local distribution),
+  :class:`EditProposal` (edits where the constraint needs them), :class:`RestartProposal` (masked regeneration
+  after the anchor's repaired prefix),
 * :mod:`.matcher`        -- :func:`compile_mask` (a constraint compiled once into its token mask) and
   :class:`TokenMatcher` (rows' states over it, driven by any decoding loop: advance, mask, rollback), over
 * :mod:`.automaton_mask` -- :class:`AutomatonMask`: an automaton's states, with a token list cached per state,
@@ -15,13 +18,18 @@
 from .automaton_mask import AutomatonMask
 from .banned import MaskConflictError
 from .matcher import TokenMatcher, compile_mask
+from .proposals import EditProposal, LocalProposal, Proposal, RestartProposal
 from .resample import ResampleDiagnostics, UnsatisfiableError, constrained_sample
 from .window_mask import WindowMask
 
 __all__ = [
     "AutomatonMask",
     "ConstraintLogitsProcessor",
+    "EditProposal",
+    "LocalProposal",
     "MaskConflictError",
+    "Proposal",
+    "RestartProposal",
     "ResampleDiagnostics",
     "TokenMatcher",
     "UnsatisfiableError",

@@ -108,12 +108,16 @@ class Constraint(TokenConstraint):
         circuit: over ``n_positions`` positions with ``n_values`` values each.
         value_map: token ids -> circuit values, or ``None`` when the circuit reads the model's values directly.
         stats: how it was built (sizes, compile time); free-form, not compared.
+        automaton: the :class:`AutomatonConstraint` this is a window of (set by :meth:`AutomatonConstraint.window`),
+            or ``None``; decoders that follow a sequence token by token mask with it (a few gathers per step against
+            a pass over the circuit).  Not compared.
     """
 
     circuit: Circuit
     value_map: ValueMap | None = None
     stats: dict[str, Any] = field(default_factory=dict, compare=False)
     _reader = "circuit"
+    automaton: "AutomatonConstraint | None" = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.circuit, Circuit):
@@ -172,7 +176,7 @@ class AutomatonConstraint(TokenConstraint):
         circuit = compile_automaton(self.dfa, n_positions, cache=cache)
         stats = dict(self.stats, n_positions=n_positions, nodes=circuit.n_nodes, edges=circuit.n_edges,
                      window_compile_s=time.perf_counter() - start)
-        return Constraint(circuit, self.value_map, stats)
+        return Constraint(circuit, self.value_map, stats, automaton=self)
 
     def satisfied(self, tokens: Tensor) -> Tensor:
         """``(B,)`` bool: does the automaton accept each row of ``tokens (B, L)`` (the model's values, any ``L``)?"""
