@@ -27,8 +27,9 @@ independent draws.
 * ``rejection ≤ 20``: plain samples of the anchor's prompt until one satisfies the constraint, at most 20 (a row
   that never does keeps its last draw and counts as a violation); exact ``p(. | alpha)`` when it succeeds;
 * ``bad_words_ids``: Hugging Face's ban of every word with and without a leading space, lower-case and capitalised;
-* ``processor``: ``ConstraintLogitsProcessor(automaton)`` in ``generate`` (token masking; ``max_new_tokens=20`` for a
-  required word, so that the text ends accepted);
+* ``processor``: ``ConstraintLogitsProcessor(automaton, max_new_tokens=20)`` in ``generate`` (token masking; the
+  processor must know where the text ends: without ``max_new_tokens`` it lets a word be completed by the last token,
+  as the next token could still glue a letter to it, and 2.0 % of its outputs held a listed word);
 * ``restart K``: ``constrained_sample(..., proposal=RestartProposal(2, automaton))``, the default proposal
   (``K = 16``: the default number of candidates; ``K = 8``: the first 8 of the same 16, resampled by their weights);
 * ``edit K``: ``EditProposal(rate=0.02, window=1)``;
@@ -303,7 +304,7 @@ def main() -> None:
 
     tables = {
         "words": dict(auto=forbidden, idx=bad, ok=lambda ts: [not contains_word(t, words) for t in ts],
-                      processor=lambda: [pseudosl.ConstraintLogitsProcessor(forbidden)],
+                      processor=lambda: [pseudosl.ConstraintLogitsProcessor(forbidden, max_new_tokens=N)],
                       bad_words=banned_token_ids(words, tok)),
         "required": dict(auto=required, idx=lacking, ok=lambda ts: [contains_word(t, [args.required]) for t in ts],
                          processor=lambda: [pseudosl.ConstraintLogitsProcessor(required, max_new_tokens=N)],
