@@ -50,9 +50,14 @@ def test_each_decoding_is_stored_and_recomputed_only_when_its_inputs_change(tmp_
     assert len(list(cache.glob("*.json"))) == 4
     assert first[None][0]["word_rate"] > 0 and all(first[d][0]["word_rate"] == 0 for d in ("processor", "resample"))
     assert {"word_rate@insult", "word_rate@threat"} <= set(first[None][0])
+    stored = {d: evaluation._read(cache / f"{evaluation._cache_key(model, test, cfg, d)}.json") for d in (None, "resample")}
+    plain, resampled = (torch.tensor(stored[d]["ids"]).view(-1, 5) for d in (None, "resample"))
+    kept = ~torch.tensor([ctx.forbidden.holds_word(r) for r in plain.tolist()])
+    assert 0 < kept.sum() < len(kept)  # resampling starts from the plain row's very continuations: keeps the clean
+    assert torch.equal(resampled[kept], plain[kept]) and not torch.equal(resampled[~kept], plain[~kept])
     calls = []
     real = evaluation._evaluate
-    monkeypatch.setattr(evaluation, "_evaluate", lambda *a: calls.append(a[-1]) or real(*a))
+    monkeypatch.setattr(evaluation, "_evaluate", lambda *a: calls.append(a[4]) or real(*a))
     again = {d: evaluation.evaluate_decoding(model, test, cfg, ctx, d, cache) for d in (None, *cfg.decoders)}
     assert calls == [] and json_equal(again, first)  # every decoding read back, nothing sampled
     cfg.resample_candidates = 3  # a setting of one decoder: only that decoder is made again

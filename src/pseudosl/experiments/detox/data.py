@@ -51,6 +51,7 @@ class Context:
     extra_regex: re.Pattern | None = None  # extra_words
     base: list = field(default_factory=list)  # the base model, loaded once when first asked for
     base_ppl: dict = field(default_factory=dict)
+    out_memo: dict = field(default_factory=dict)  # (prompt, continuation) -> log-probabilities under the base model
 
     @property
     def words(self) -> list[str]:

@@ -16,8 +16,9 @@ One decoding is the model's own nucleus sampling (``decoder = None``, the plain 
 * validation only, with ``select = "word_rate"``: ``fluent_word_rate``, the word rate of a checkpoint whose
   validation perplexity is within ``ppl_margin`` of the base model's, NaN (the worst) otherwise.
 
-Sampling runs in a forked RNG seeded with ``data_seed``, so every model and decoder sees the same draws (the
-``resample`` row resamples the plain row's very continuations).  Each decoding's result is stored under
+Sampling runs in a forked RNG seeded with ``data_seed``, so every model and decoder sees the same draws; the
+``resample`` row resamples the plain row's very continuations (stored with its result), and the output perplexity
+scores only the continuations no earlier decoding of the config wrote (``Context.out_memo``).  Each decoding's result is stored under
 ``<data root>/evaluations/<key>.json``, ``key`` hashing the model's weights, the evaluation set, the config (its
 content key and the decoder's own settings), the decoder and the source of the code it runs: an evaluation is
 recomputed only when one of them changed (the base model's is the same for every seed; ``--resume`` of a finished
@@ -121,22 +122,36 @@ def evaluate_decoding(model: CausalLM, data: EvalSet, cfg: Any, ctx: Any, decode
     """The metrics of ``decoder`` (module docs) on ``data`` and a few examples; read from ``cache`` (a folder) when
     this evaluation was made before, else made and stored there."""
     path = None if cache is None else cache / f"{_cache_key(model, data, cfg, decoder)}.json"
-    if path is not None and path.is_file():
-        try:
-            stored = json.loads(path.read_text())
-            return stored["metrics"], stored["examples"]
-        except (ValueError, KeyError):
-            pass  # a damaged entry is made again
-    metrics, examples = _evaluate(model, data, cfg, ctx, decoder)
+    stored = _read(path)
+    if stored is not None:
+        return stored["metrics"], stored["examples"]
+    anchors = None
+    if decoder == "resample":  # the plain row's very continuations are the anchors
+        evaluate_decoding(model, data, cfg, ctx, None, cache)
+        plain = _read(None if cache is None else cache / f"{_cache_key(model, data, cfg, None)}.json")
+        anchors = None if plain is None else torch.tensor(plain["ids"], dtype=torch.long)
+    metrics, examples, ids = _evaluate(model, data, cfg, ctx, decoder, anchors)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps({"metrics": metrics, "examples": examples}))
+            tmp.write_text(json.dumps({"metrics": metrics, "examples": examples, "ids": ids.tolist()}))
     return metrics, examples
 
 
+def _read(path: Path | None) -> dict | None:
+    """A stored evaluation, or ``None`` (none, or a damaged one: made again)."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        stored = json.loads(path.read_text())
+        return stored if {"metrics", "examples", "ids"} <= set(stored) else None
+    except ValueError:
+        return None
+
+
 @torch.no_grad()
-def _evaluate(model: CausalLM, data: EvalSet, cfg: Any, ctx: Any, decoder: str | None) -> tuple[dict, dict]:
+def _evaluate(model: CausalLM, data: EvalSet, cfg: Any, ctx: Any, decoder: str | None,
+              anchors: torch.Tensor | None = None) -> tuple[dict, dict, torch.Tensor]:
     tok, texts = ctx.tokenizer, [p.text for p in data.prompts]
     target = ctx.forbidden.target(model.new_tokens)
     with torch.random.fork_rng(devices=[]):  # the same draws for every model and decoder; training RNG untouched
@@ -144,7 +159,8 @@ def _evaluate(model: CausalLM, data: EvalSet, cfg: Any, ctx: Any, decoder: str |
         if torch.cuda.is_available():
             torch.cuda.manual_seed_all(cfg.data_seed)
         ids, conts = sample_continuations(model, tok, texts, data.generations, batch_size=cfg.eval_batch,
-                                          decoder=decoder, target=target, num_candidates=cfg.resample_candidates)
+                                          decoder=decoder, target=target, num_candidates=cfg.resample_candidates,
+                                          anchors=anchors)
     flat = [c for row in conts for c in row]
     scores = np.asarray(ctx.scorer.score(flat), dtype=float).reshape(len(texts), data.generations)
     metrics = _toxicity(scores, data.prompts, cfg.toxic_threshold)
@@ -160,7 +176,7 @@ def _evaluate(model: CausalLM, data: EvalSet, cfg: Any, ctx: Any, decoder: str |
         picked = [h for i, h in enumerate(holds) if category in data.prompts[i // data.generations].categories]
         metrics[f"word_rate@{category}"] = sum(picked) / len(picked)
     metrics["out_ppl"] = continuation_perplexity(ctx.base_model(), tok, texts, ids,
-                                                 batch_size=data.generations * cfg.eval_batch)
+                                                 batch_size=data.generations * cfg.eval_batch, memo=ctx.out_memo)
     metrics["ppl"] = _perplexity(model, data, ctx, decoder, target)
     if data.split == "val" and cfg.select == "word_rate":
         eligible = metrics["ppl"] <= (1 + cfg.ppl_margin) * ctx.base_perplexity(data)
@@ -168,7 +184,7 @@ def _evaluate(model: CausalLM, data: EvalSet, cfg: Any, ctx: Any, decoder: str |
     worst = scores.argmax(1)
     examples = {"prompts": texts[:6], "continuations": [conts[i][worst[i]] for i in range(min(6, len(texts)))],
                 "max_scores": scores.max(1).tolist()}
-    return metrics, examples
+    return metrics, examples, ids
 
 
 def _perplexity(model: CausalLM, data: EvalSet, ctx: Any, decoder: str | None, target: Any) -> float:

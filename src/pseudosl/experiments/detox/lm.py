@@ -23,7 +23,8 @@ token); position ids follow the attention mask.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -92,6 +93,7 @@ class CausalLM(StructuredModel):
         self.value_map, self.top_k, self.top_k_distinguished = value_map, top_k, top_k_distinguished
         self.max_class_size, self.memory_budget = max_class_size, memory_budget
         self.psl_window, self.psl_sampling = psl_window, psl_sampling
+        self.given: Tensor | None = None  # anchors given by `anchored`
 
     def state_dict(self, *args: Any, **kwargs: Any) -> dict:
         return self.lm.state_dict(*args, **kwargs)
@@ -124,8 +126,22 @@ class CausalLM(StructuredModel):
                                        max_class_size=self.max_class_size, memory_budget=self.memory_budget)
 
     def anchor(self, inputs: Tensor) -> Tensor:
-        """The model's own decoding, a draw: the constrained decoders resample the plain row's very draws."""
+        """The model's own decoding of ``inputs``: the draws given by :meth:`anchored` (the plain row's, so that the
+        constrained decoders resample its very continuations), else a fresh draw."""
+        if self.given is not None:
+            if self.given.shape[0] != inputs.shape[0]:
+                raise ValueError(f"{self.given.shape[0]} anchors given for {inputs.shape[0]} input rows")
+            return self.given.to(inputs.device)
         return self.sample(inputs, [])
+
+    @contextmanager
+    def anchored(self, draws: Tensor | None) -> Iterator[None]:
+        """Within the block, :meth:`anchor` returns ``draws (B, new_tokens)`` (``None``: draws afresh)."""
+        self.given = draws
+        try:
+            yield
+        finally:
+            self.given = None
 
     def greedy(self, inputs: Tensor) -> Tensor:
         raise NotImplementedError("a language model here decodes by sampling (CausalLM.sample)")
@@ -150,14 +166,15 @@ class CausalLM(StructuredModel):
 @torch.no_grad()
 def sample_continuations(model: CausalLM, tokenizer: Any, prompts: Sequence[str] | None, n: int, *,
                          batch_size: int = 32, fixed_length: bool = False, decoder: str | None = None,
-                         target: decoders.Target | None = None,
-                         num_candidates: int = 8) -> tuple[Tensor, list[list[str]]]:
+                         target: decoders.Target | None = None, num_candidates: int = 8,
+                         anchors: Tensor | None = None) -> tuple[Tensor, list[list[str]]]:
     """``n`` continuations of each prompt (``prompts=None``: one BOS prompt): ids ``(P, n, new_tokens)``, texts.
 
     ``batch_size`` prompts go to one call (``batch_size * n`` rows; unprompted: ``batch_size`` samples per call).
     ``fixed_length`` forces exactly ``new_tokens`` tokens (no early EOS), as for SGEAT's unprompted samples.
     ``decoder`` (a shared decoder, against ``target``; ``num_candidates``: ``K`` of ``resample``): keep every
-    continuation inside the constraint; ``None``: the model's own nucleus sampling.
+    continuation inside the constraint; ``None``: the model's own nucleus sampling.  ``anchors (P, n, new_tokens)``:
+    the draws the constrained decoders start from (the plain row's continuations), instead of drawing afresh.
     """
     device = next(model.parameters()).device
     eos, new_tokens = model.eos_token_id, model.new_tokens
@@ -181,12 +198,16 @@ def sample_continuations(model: CausalLM, tokenizer: Any, prompts: Sequence[str]
     total = n * (1 if prompts is None else len(texts))
     bar = tqdm(calls, desc=f"sampling {total:,} continuations of {new_tokens} tokens", unit="batch", leave=False,
                mininterval=1.0, disable=len(calls) < 2)
+    given = None if anchors is None else anchors.reshape(-1, new_tokens)
+    done = 0
     for rows in bar:
         rows = rows.to(device)
         if decoder is None:
             out = model.sample(rows, [], min_new_tokens=new_tokens if fixed_length else None)
         else:
-            out = decoders.decode(model, rows, decoder, target, num_candidates=num_candidates).values
+            with model.anchored(None if given is None else given[done:done + rows.shape[0]]):
+                out = decoders.decode(model, rows, decoder, target, num_candidates=num_candidates).values
+        done += rows.shape[0]
         out = cut_at_eos(out, eos)
         ids.append(out.cpu())
         decoded.extend(tokenizer.batch_decode(out, skip_special_tokens=True))
@@ -233,12 +254,14 @@ def text_perplexity(model: nn.Module, tokenizer: Any, texts: Sequence[str], *, b
 
 @torch.no_grad()
 def continuation_perplexity(model: nn.Module, tokenizer: Any, prompts: Sequence[str], ids: Tensor, *,
-                            batch_size: int = 64) -> float:
+                            batch_size: int = 64, memo: dict | None = None) -> float:
     """``exp(mean NLL)`` under ``model`` of the tokens of the continuations ``ids (P, G, n)``, each scored after its
     prompt (tokenized as :func:`sample_continuations` does, without padding) and read up to its first EOS.
 
     The output perplexity of a decoder: with ``model`` the base model, a decoding that breaks the text (rare
     tokens, repetition) scores high however low its toxicity.  ``nan`` when every continuation is empty.
+    ``memo``: a dict of the token log-probabilities of (prompt, continuation) pairs scored before under ``model``
+    (filled here): a decoding that keeps most of another's continuations scores only the new ones.
     """
     if ids.dim() != 3 or ids.shape[0] != len(prompts):
         raise ValueError(f"ids must be (prompts, continuations, tokens) with {len(prompts)} prompts, got shape "
@@ -247,21 +270,30 @@ def continuation_perplexity(model: nn.Module, tokenizer: Any, prompts: Sequence[
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     room = context_length(model) - ids.shape[-1]
     encoded = tokenizer(list(prompts), add_special_tokens=False, truncation=True, max_length=room)["input_ids"]
+    memo = {} if memo is None else memo
     total, count = 0.0, 0
     for prompt, rows in zip(encoded, ids.tolist()):
         conts = [c[:c.index(eos)] if eos in c else c for c in rows]
         conts = [c for c in conts if c]
         for a in range(0, len(conts), batch_size):
             chunk = conts[a:a + batch_size]
-            width = len(prompt) + max(map(len, chunk))
-            x = torch.tensor([prompt + c + [pad] * (width - len(prompt) - len(c)) for c in chunk], device=device)
-            mask = torch.tensor([[1] * (len(prompt) + len(c)) + [0] * (width - len(prompt) - len(c)) for c in chunk],
-                                device=device)
-            logp = model(input_ids=x, attention_mask=mask).logits[:, :-1].float().log_softmax(-1)
-            logp = logp.gather(-1, x[:, 1:, None]).squeeze(-1)  # (b, width - 1): token t + 1 given tokens <= t
-            target = torch.arange(1, width, device=device)
-            lengths = torch.tensor([len(c) for c in chunk], device=device)
-            keep = (target[None] >= len(prompt)) & (target[None] < len(prompt) + lengths[:, None])
-            total -= float(logp[keep].double().sum())
-            count += int(keep.sum())
+            new = [c for c in dict.fromkeys(map(tuple, chunk)) if (tuple(prompt), c) not in memo]
+            if new:
+                for key, logp in zip(new, _continuation_log_probs(model, prompt, [list(c) for c in new], pad, device)):
+                    memo[(tuple(prompt), key)] = logp
+            total -= float(torch.cat([memo[(tuple(prompt), tuple(c))] for c in chunk]).double().sum())
+            count += sum(map(len, chunk))
     return math.exp(total / count) if count else math.nan
+
+
+def _continuation_log_probs(model: nn.Module, prompt: list[int], conts: list[list[int]], pad: int,
+                            device: torch.device) -> list[Tensor]:
+    """``log p(c_t | prompt, c_<t)`` of each continuation, one batch: a float32 vector per continuation (on CPU)."""
+    width = len(prompt) + max(map(len, conts))
+    x = torch.tensor([prompt + c + [pad] * (width - len(prompt) - len(c)) for c in conts], device=device)
+    mask = torch.tensor([[1] * (len(prompt) + len(c)) + [0] * (width - len(prompt) - len(c)) for c in conts],
+                        device=device)
+    logp = model(input_ids=x, attention_mask=mask).logits[:, :-1].float().log_softmax(-1)
+    logp = logp.gather(-1, x[:, 1:, None]).squeeze(-1)  # (b, width - 1): token t + 1 given tokens <= t
+    start = len(prompt) - 1  # the first continuation token's position in logp
+    return [logp[i, start:start + len(c)].cpu() for i, c in enumerate(conts)]
