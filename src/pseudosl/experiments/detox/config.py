@@ -81,9 +81,10 @@ class DetoxConfig(RunConfig):
                                           "top-10 'good' tokens)")
     psl_top_k_distinguished: int | None = spec(None, min=0, help="forbidden-word tokens evaluated exactly per position, "
                                            "the most likely ones (paper: top-470 'toxic' tokens); default: every one")
-    psl_max_class_size: int | None = spec(1, min=1, help="classes of at most this many tokens are the distinguished "
-                                          "(small) ones of the engine's top-k construction; None: every class, so "
-                                          "psl_top_k_distinguished scores the most likely tokens of the vocabulary")
+    psl_max_class_size: int = spec(1, min=0, help="classes of at most this many tokens are the distinguished (small) "
+                                                  "ones of the engine's top-k construction; 0: every class, so "
+                                                  "psl_top_k_distinguished scores the most likely tokens of the "
+                                                  "vocabulary (and one estimate stands for every rest)")
     psl_source: str = spec("toxic", choices=("toxic", "samples", "prompted"),
                            help="PSL anchors: windows of the toxic half of the unprompted samples (as the paper), "
                                 "model samples (the method), or windows of the toxic half of the base model's "
@@ -121,6 +122,9 @@ class DetoxConfig(RunConfig):
                             "validation perplexity (ties: EMT, then perplexity)")
     ppl_margin: float = spec(0.05, min=0.0, help="select = 'word_rate': a checkpoint is eligible while its validation "
                                                  "perplexity is at most (1 + ppl_margin) x the base model's")
+    resample_top_k_distinguished: int | None = spec(None, min=0, run_free=True,
+                                                    help="decoder 'resample': the engine's top_k_distinguished "
+                                                         "(default: psl_top_k_distinguished)")
     resample_candidates: int = spec(8, min=1, run_free=True,
                                     help="decoder 'resample': candidates K per sampled continuation (pseudosl.constrained_sample)")
 

@@ -80,6 +80,8 @@ class Context:
         return CausalLM(lm, eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id,
                         new_tokens=cfg.eval_new_tokens, top_p=cfg.eval_top_p, value_map=self.constraint.value_map,
                         top_k=cfg.psl_top_k, top_k_distinguished=cfg.psl_top_k_distinguished,
+                        resample_top_k_distinguished=(cfg.psl_top_k_distinguished if cfg.resample_top_k_distinguished
+                                                      is None else cfg.resample_top_k_distinguished),
                         max_class_size=cfg.psl_max_class_size or self.forbidden.vocab_size,
                         memory_budget=cfg.memory_budget, psl_window=cfg.psl_window,
                         psl_sampling=(cfg.gen_top_p, cfg.gen_temperature) if cfg.psl_source == "samples" else None)

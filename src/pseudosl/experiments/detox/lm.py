@@ -71,8 +71,8 @@ class CausalLM(StructuredModel):
 
     Sampling: nucleus ``top_p`` at ``temperature`` (``generate``, torch's RNG), ``eos_token_id`` / ``pad_token_id`` as
     the tokenizer's.  The engine of the local conditionals (PSL, resampling): :class:`pseudosl.CausalLMEngine` with
-    ``value_map`` (the constraint's folding of the vocabulary), ``top_k``, ``top_k_distinguished``,
-    ``max_class_size`` and ``memory_budget`` (bytes; ``None``: the engine's default).  The PSL anchors come with the
+    ``value_map`` (the constraint's folding of the vocabulary), ``top_k``, ``top_k_distinguished`` (the PSL's;
+    resampling's ``resample_top_k_distinguished``), ``max_class_size`` and ``memory_budget`` (bytes; ``None``: the engine's default).  The PSL anchors come with the
     batch (``fit``'s ``targets``: :func:`prompt_rows` of context + anchor, the anchor its last ``psl_window`` tokens),
     or with ``psl_sampling = (top_p, temperature)`` are drawn by the engine after the context (the method as the
     paper's Section 3 states it).
@@ -84,7 +84,8 @@ class CausalLM(StructuredModel):
 
     def __init__(self, lm: nn.Module, *, eos_token_id: int, pad_token_id: int | None, new_tokens: int,
                  top_p: float = 0.9, temperature: float = 1.0, value_map: Any = None, top_k: int = 0,
-                 top_k_distinguished: int | None = None, max_class_size: int = 1, memory_budget: int | None = None,
+                 top_k_distinguished: int | None = None, resample_top_k_distinguished: int | None = None,
+                 max_class_size: int = 1, memory_budget: int | None = None,
                  psl_window: int = 10, psl_sampling: tuple[float, float] | None = None) -> None:
         super().__init__()
         self.lm = lm
@@ -92,6 +93,7 @@ class CausalLM(StructuredModel):
         self.top_p, self.temperature = top_p, temperature
         self.value_map, self.top_k, self.top_k_distinguished = value_map, top_k, top_k_distinguished
         self.max_class_size, self.memory_budget = max_class_size, memory_budget
+        self.resample_top_k_distinguished = resample_top_k_distinguished
         self.psl_window, self.psl_sampling = psl_window, psl_sampling
         self.given: Tensor | None = None  # anchors given by `anchored`
 
@@ -110,7 +112,7 @@ class CausalLM(StructuredModel):
     def psl_inputs(self, fit: Fit, m: int) -> tuple[Tensor, Any]:
         rows = fit.conditioning[:m]                              # (m, 2, P + w)
         w = self.psl_window
-        engine = self._engine(rows[:, 0, :-w], rows[:, 1, :-w])  # bound to each anchor's context
+        engine = self._engine(rows[:, 0, :-w], rows[:, 1, :-w], self.top_k_distinguished)  # each anchor's context
         if self.psl_sampling is not None:  # y ~ p(. | context), drawn by the engine (eval mode)
             top_p, temperature = self.psl_sampling
             return engine.sample(length=w, top_p=top_p, temperature=temperature), engine
@@ -118,11 +120,12 @@ class CausalLM(StructuredModel):
 
     # -- decoding -------------------------------------------------------------------------------------
     def engine(self, inputs: Tensor) -> Any:
-        return self._engine(inputs[:, 0], inputs[:, 1])
+        """The local conditionals the decoders resample with (``resample_top_k_distinguished``)."""
+        return self._engine(inputs[:, 0], inputs[:, 1], self.resample_top_k_distinguished)
 
-    def _engine(self, ids: Tensor, mask: Tensor) -> Any:
+    def _engine(self, ids: Tensor, mask: Tensor, top_k_distinguished: int | None) -> Any:
         return pseudosl.CausalLMEngine(self.lm, ids, mask, value_map=self.value_map, top_k=self.top_k,
-                                       top_k_distinguished=self.top_k_distinguished,
+                                       top_k_distinguished=top_k_distinguished,
                                        max_class_size=self.max_class_size, memory_budget=self.memory_budget)
 
     def anchor(self, inputs: Tensor) -> Tensor:
