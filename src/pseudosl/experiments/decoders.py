@@ -76,6 +76,7 @@ class Target(NamedTuple):
     allowed: Tensor | None = None
     automaton: Any = None
     banned: Sequence[Sequence[int]] | None = None
+    violators_only: bool = False  # an autoregressive model's constrained rows: compute only the violating anchors
 
 
 class Decoded(NamedTuple):
@@ -120,7 +121,16 @@ def _local(mode: str):
                                                       allowed=allowed, generator=generator, return_diagnostics=True)
                 return y, diag.ess
             anchor = model.anchor(inputs)                                 # (B, n): greedy decode, or a draw
-            values, ess = per_example(circuits, local, inputs, anchor, target.allowed)
+            if target.violators_only:
+                bad = ~_satisfied(model, circuits, anchor, target.allowed)
+                values, ess = anchor.clone(), torch.full((anchor.shape[0],), float("nan"), device=anchor.device)
+                if bad.any():
+                    rows = bad.nonzero().flatten()
+                    pick = (lambda t: None if t is None else t[rows])  # noqa: E731
+                    sub = [circuits[i] for i in rows.tolist()] if isinstance(circuits, Sequence) else circuits
+                    values[rows], ess[rows] = per_example(sub, local, inputs[rows], anchor[rows], pick(target.allowed))
+            else:
+                values, ess = per_example(circuits, local, inputs, anchor, target.allowed)
             return Decoded(values, ess if resample else None)
         logq = model.log_probs(inputs)                                    # the factorized q(y_i | x)
         if resample:
@@ -129,6 +139,15 @@ def _local(mode: str):
         return Decoded(per_example(circuits, lambda c, x, allowed: c.mpe(x, allowed).values, logq, target.allowed),
                        None)
     return run
+
+
+def _satisfied(model: StructuredModel, circuits: Any, anchor: Tensor, allowed: Tensor | None) -> Tensor:
+    """``(B,)`` bool: does each anchor satisfy its constraint (a Constraint reads token ids through its value map)?"""
+    def check(c: Any, a: Tensor, al: Tensor | None) -> Tensor:
+        if isinstance(c, pseudosl.Constraint):
+            return c.satisfied(a, al)
+        return pseudosl.sample_satisfies(c, a, al)
+    return per_example(circuits, check, anchor, allowed)
 
 
 def _banned(model: StructuredModel, target: Target, max_new_tokens: int | None) -> list:

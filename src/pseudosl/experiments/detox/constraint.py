@@ -133,9 +133,10 @@ class DetoxWords:
         return self.windows[n]
 
     def target(self, n: int) -> Target:
-        """What the shared decoders keep ``n`` generated tokens inside: the window over them (resampling), the
-        automaton (the streaming processor), the banned sequences (word banning)."""
-        return Target([self.window(n)], automaton=self.automaton, banned=self.sequences)
+        """What the shared decoders keep ``n`` generated tokens inside: the window over them (resampling, only the
+        continuations that hold a word), the automaton (the streaming processor), the banned sequences (word
+        banning)."""
+        return Target([self.window(n)], automaton=self.automaton, banned=self.sequences, violators_only=True)
 
     def holds_word(self, ids: Sequence[int]) -> bool:
         """Does the continuation ``ids`` (token ids, any length) break the constraint: hold a forbidden word?"""
