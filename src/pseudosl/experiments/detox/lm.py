@@ -73,7 +73,8 @@ class CausalLM(StructuredModel):
     the tokenizer's.  The engine of the local conditionals (PSL, resampling): :class:`pseudosl.CausalLMEngine` with
     ``value_map`` (the constraint's folding of the vocabulary), ``top_k``, ``top_k_distinguished`` (the PSL's;
     resampling's ``resample_top_k_distinguished``), ``max_class_size`` and ``memory_budget`` (bytes; ``None``: the engine's default).  The PSL anchors come with the
-    batch (``fit``'s ``targets``: :func:`prompt_rows` of context + anchor, the anchor its last ``psl_window`` tokens),
+    batch (``fit``'s ``targets``: :func:`prompt_rows` of context + anchor, the anchor its last ``psl_window`` tokens;
+    set ``anchor_set`` of the sets the batch carries),
     or with ``psl_sampling = (top_p, temperature)`` are drawn by the engine after the context (the method as the
     paper's Section 3 states it).
 
@@ -86,7 +87,7 @@ class CausalLM(StructuredModel):
                  top_p: float = 0.9, temperature: float = 1.0, value_map: Any = None, top_k: int = 0,
                  top_k_distinguished: int | None = None, resample_top_k_distinguished: int | None = None,
                  max_class_size: int = 1, memory_budget: int | None = None,
-                 psl_window: int = 10, psl_sampling: tuple[float, float] | None = None) -> None:
+                 psl_window: int = 10, psl_sampling: tuple[float, float] | None = None, anchor_set: int = 0) -> None:
         super().__init__()
         self.lm = lm
         self.eos_token_id, self.pad_token_id, self.new_tokens = eos_token_id, pad_token_id, new_tokens
@@ -94,7 +95,7 @@ class CausalLM(StructuredModel):
         self.value_map, self.top_k, self.top_k_distinguished = value_map, top_k, top_k_distinguished
         self.max_class_size, self.memory_budget = max_class_size, memory_budget
         self.resample_top_k_distinguished = resample_top_k_distinguished
-        self.psl_window, self.psl_sampling = psl_window, psl_sampling
+        self.psl_window, self.psl_sampling, self.anchor_set = psl_window, psl_sampling, anchor_set
         self.given: Tensor | None = None  # anchors given by `anchored`
 
     def state_dict(self, *args: Any, **kwargs: Any) -> dict:
@@ -105,12 +106,13 @@ class CausalLM(StructuredModel):
 
     # -- training -----------------------------------------------------------------------------------
     def fit(self, inputs: Tensor, targets: Tensor) -> Fit:
-        """The LM loss of ``inputs (B, L)`` (BOS, then a text); ``targets`` (:func:`prompt_rows` of context + PSL
-        anchor, ``(B, 2, P + psl_window)``) ride along for :meth:`psl_inputs`."""
+        """The LM loss of ``inputs (B, L)`` (BOS, then a text); ``targets`` (the PSL anchors in their context, one
+        set per anchor source: :func:`prompt_rows` stacked, ``(B, S, 2, P + psl_window)``) ride along for
+        :meth:`psl_inputs`, which reads set ``anchor_set``."""
         return Fit(self.lm(input_ids=inputs, labels=inputs).loss, None, targets)
 
     def psl_inputs(self, fit: Fit, m: int) -> tuple[Tensor, Any]:
-        rows = fit.conditioning[:m]                              # (m, 2, P + w)
+        rows = fit.conditioning[:m, self.anchor_set]             # (m, 2, P + w)
         w = self.psl_window
         engine = self._engine(rows[:, 0, :-w], rows[:, 1, :-w], self.top_k_distinguished)  # each anchor's context
         if self.psl_sampling is not None:  # y ~ p(. | context), drawn by the engine (eval mode)
