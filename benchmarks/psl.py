@@ -133,7 +133,7 @@ def bench_gpt2(device: torch.device, reps: int, quick: bool) -> list[tuple]:
     # 49 distinguished tokens (not in the sample, so all 450 candidates are distinct) -> 50 circuit values
     vm = ValueMap([t for t in range(1, vocab) if t not in set(y.flatten().tolist())][:49], vocab)
     eng = CausalLMEngine(model, prompt, value_map=vm, top_k=399)
-    eng_rc = CausalLMEngine(model, prompt, value_map=vm, top_k=399, max_neighbours_per_chunk=450, recompute=True)
+    eng_rc = CausalLMEngine(model, prompt, value_map=vm, top_k=399, chunk_size=450, recompute=True)
     bld = CircuitBuilder(n, vm.n_values)  # "no distinguished token at any position" (a detox-like constraint)
     circuit = Circuit(bld.build(bld.and_(*(bld.literal(v, vm.other) for v in range(n)))))
     circuit = circuit.to(device)

@@ -1,7 +1,7 @@
 """Circuit queries against the log-prob pass, side by side in one process, on the circuits of circuits.py.
 
     python benchmarks/queries.py [--batch 128] [--samples 100] [--reps 10] [--device cpu] [--threads 1] [--only NAME]
-                                 [--cpu-time] [--chunk-bytes N]
+                                 [--cpu-time] [--memory-budget N]
 
 For every circuit, at batch ``B`` (float32, warm median over ``--reps`` runs after warm-up):
 
@@ -11,7 +11,7 @@ For every circuit, at batch ``B`` (float32, warm median over ``--reps`` runs aft
 * ``mpe``: bottom-up in the max semiring keeping the argmax, then one top-down pass;
 * ``sample x1``: one exact sample per example (bottom-up keeping weights, one top-down pass);
 * ``sample xS``: ``--samples`` samples per example (one bottom-up pass over ``B`` rows, then top-down over
-  ``S x B`` columns, in chunks of ``Circuit.chunk_bytes``).
+  ``S x B`` columns, in chunks of ``Circuit.memory_budget``).
 
 The work is counted in edge-rows: a pass over ``B`` columns touches every edge once per column, so
 bottom-up costs ``E x B`` and top-down ``E x columns``; ``sample xS`` is ``E x B x (1 + S)``.  The last
@@ -59,8 +59,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     ap.add_argument("--no-experiments", action="store_true", help="only the SDD files of ../shared")
     ap.add_argument("--only", default=None, help="only circuits whose name contains this")
-    ap.add_argument("--chunk-bytes", type=int, default=None,
-                    help="Circuit.chunk_bytes (default: the circuit's, 64 MiB on a CPU, 2 GiB elsewhere)")
+    ap.add_argument("--memory-budget", type=int, default=None,
+                    help="Circuit.memory_budget (default: the circuit's, 64 MiB on a CPU, 2 GiB elsewhere)")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time with the process's CPU time, not wall time (CPU and --threads 1 only): steadier "
                          "on a machine shared with other jobs")
@@ -74,7 +74,7 @@ def main() -> None:
     clock = time.process_time if args.cpu_time else time.perf_counter
     print(f"# machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
           f"device {dev}, torch {torch.__version__}, batch {b}, {s} samples per example, float32, "
-          f"median of {args.reps}, {'CPU' if args.cpu_time else 'wall'} time, chunk_bytes {args.chunk_bytes or 'default'}\n")
+          f"median of {args.reps}, {'CPU' if args.cpu_time else 'wall'} time, memory_budget {args.memory_budget or 'default'}\n")
     queries = ["log_prob", "f+b", "marginals", "mpe", "sample x1", f"sample x{s}"]
     work = {"log_prob": 1, "f+b": 2, "marginals": 2, "mpe": 2, "sample x1": 2, f"sample x{s}": 1 + s}
     header = ("| circuit | edges | " + " | ".join(f"{q} ms" for q in queries) + " | "
@@ -86,7 +86,7 @@ def main() -> None:
         if args.only and args.only not in name:
             continue
         circuit = circuit.to(dev)
-        circuit.chunk_bytes = args.chunk_bytes
+        circuit.memory_budget = args.memory_budget
         torch.manual_seed(0)
         x = torch.randn(b, circuit.n_vars, circuit.n_values, device=dev).log_softmax(-1)
         xg = x.clone().requires_grad_()

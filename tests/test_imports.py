@@ -43,7 +43,7 @@ def _imports(name: str, path: Path, modules: set[str]) -> set[str]:
 
 def private_imports(name: str, path: Path, source: str, modules: set[str]) -> list[str]:
     """``from m import _x`` statements of module ``name`` that take a private name ``_x`` from a package module
-    ``m``.  A private module (``from . import _validation``) and a dunder (``__version__``) are fine, and so is
+    ``m``.  A private module (``from . import _version``) and a dunder (``__version__``) are fine, and so is
     a public name under a private local alias (``from m import load as _load``)."""
     found = []
     for node in ast.walk(ast.parse(source, str(path))):
@@ -103,9 +103,9 @@ def test_the_command_line_is_on_top():
 
 
 def test_the_private_import_checker_sees_private_names():
-    modules = {"pseudosl.logic.dag", "pseudosl.logic.builder", "pseudosl._validation", "pseudosl.circuit"}
+    modules = {"pseudosl.logic.dag", "pseudosl.logic.builder", "pseudosl._version", "pseudosl.circuit"}
     path = SRC / "pseudosl" / "logic" / "builder.py"
-    code = ("from .dag import _AND, Dag\nfrom .. import _validation\nfrom ..circuit import load as _load\n"
+    code = ("from .dag import _AND, Dag\nfrom .. import _version\nfrom ..circuit import load as _load\n"
             "from pseudosl.circuit import _scored\nfrom numpy import _private\nfrom .._version import __version__\n"
             "def f():\n    from .dag import _bits\n")
     assert private_imports("pseudosl.logic.builder", path, code, modules) == [

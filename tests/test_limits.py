@@ -13,19 +13,19 @@ import pytest
 
 import pseudosl
 from pseudosl.constraints import simple_path
-from pseudosl.logic.automaton import forbidden_words_dfa
+from pseudosl.logic.automaton import forbidden_sequences_dfa
 from pseudosl.logic.errors import SizeLimitError
 
 
 def test_automaton_size_is_estimated_before_building():
     with pytest.raises(SizeLimitError, match=r"over 100,000,000 positions needs circuit edges numbering about "
                                              r"[\d,]+, above max_edges=20,000,000"):
-        pseudosl.compile_automaton(forbidden_words_dfa([[0, 1]], 2), 10**8, cache=False)
+        pseudosl.compile_automaton(forbidden_sequences_dfa([[0, 1]], 2), 10**8, cache=False)
     with pytest.raises(SizeLimitError, match="transition table .* above max_edges=20,000,000 .*catch-all value"):
-        forbidden_words_dfa([[0, 1]], n_values=10**9)
+        forbidden_sequences_dfa([[0, 1]], n_values=10**9)
     with pytest.raises(SizeLimitError, match="max_edges=10"):
-        pseudosl.compile_automaton(forbidden_words_dfa([[0, 1]], 3), 6, cache=False, max_edges=10)
-    assert pseudosl.compile_automaton(forbidden_words_dfa([[0, 1]], 3), 6, cache=False, max_edges=None).n_vars == 6
+        pseudosl.compile_automaton(forbidden_sequences_dfa([[0, 1]], 3), 6, cache=False, max_edges=10)
+    assert pseudosl.compile_automaton(forbidden_sequences_dfa([[0, 1]], 3), 6, cache=False, max_edges=None).n_vars == 6
 
 
 def test_simple_path_states_are_bounded():
@@ -36,7 +36,7 @@ def test_simple_path_states_are_bounded():
 
 HUGE_INPUTS = textwrap.dedent("""
     import sys, numpy as np, pseudosl
-    from pseudosl.logic.automaton import forbidden_words_dfa
+    from pseudosl.logic.automaton import forbidden_sequences_dfa
     from pseudosl.logic.formula import Var
     tmp = sys.argv[1]
     open(f"{tmp}/million.cnf", "w").write("p cnf 1000000 1\\n1 0\\n")
@@ -50,8 +50,8 @@ HUGE_INPUTS = textwrap.dedent("""
         "Var(10**6)": lambda: pseudosl.compile_formula(Var(10**6)),
         "literal 2**70": lambda: pseudosl.compile_cnf([[2**70]]),
         "CircuitBuilder(10**9)": lambda: pseudosl.CircuitBuilder(10**9),
-        "10**8 positions": lambda: pseudosl.compile_automaton(forbidden_words_dfa([[0, 1]], 2), 10**8),
-        "10**9 values": lambda: forbidden_words_dfa([[0, 1]], n_values=10**9),
+        "10**8 positions": lambda: pseudosl.compile_automaton(forbidden_sequences_dfa([[0, 1]], 2), 10**8),
+        "10**9 values": lambda: forbidden_sequences_dfa([[0, 1]], n_values=10**9),
         ".sdd literal 2**70": lambda: pseudosl.Circuit.from_sdd_file(f"{tmp}/big.sdd"),
         ".npz with 2e9 variables": lambda: pseudosl.Circuit.load(f"{tmp}/huge.npz"),
         "literal 2**70, max_vars=None": lambda: pseudosl.compile_cnf([[2**70]], max_vars=None),

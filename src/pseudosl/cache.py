@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from .circuit import Circuit
+from .logic.checks import check_bool
 from .logic.dag import Dag
 
 __all__ = ["cache_dir", "cache_key", "cached_arrays", "cached_circuit", "FORMAT_VERSION"]
@@ -60,7 +61,7 @@ def cached_circuit(key_parts: object, build: Callable[[], Circuit], *, enabled: 
         build: zero-argument function returning a :class:`Circuit` (called on a cache miss).
         enabled: ``False`` skips the cache entirely and just calls ``build()``.
     """
-    if not enabled:
+    if not check_bool("cache", enabled):  # the callers' cache= switch
         return _checked(build())
     key = cache_key(key_parts)
     path = cache_dir() / f"{key}.npz"
@@ -81,7 +82,7 @@ def cached_arrays(key_parts: object, build: Callable[[], dict[str, np.ndarray]],
     Saved like a circuit (temporary file, then renamed) with the key and a SHA-256 of the arrays, both checked
     on load: a mismatching or unreadable entry is rebuilt and replaced with a warning.
     """
-    if not enabled:
+    if not check_bool("cache", enabled):  # the callers' cache= switch
         return build()
     key = cache_key(("arrays", key_parts))
     path = cache_dir() / f"{key}.npz"

@@ -1,7 +1,9 @@
-"""The argument checks every entry point shares: tensors (dense, on the circuit's device, ids in range), a
+"""The argument checks every entry point shares, in one place: the torch-free ones of :mod:`pseudosl.logic.checks`
+(:func:`check_int`, the one int check; :func:`check_bool`, the one switch check; sizes and limits), re-exported
+here, and the tensor checks: tensors (dense, on the circuit's device, ids in range), a
 circuit pass's inputs (log-probabilities ``x`` and ``allowed`` masks, brought to ``(B, n, k)``; see
 :mod:`pseudosl.circuit` for the conventions), roots, and the samples, positions and candidates of the
-pseudo-semantic loss.  The one int check is :func:`pseudosl.logic.errors.check_int`.
+pseudo-semantic loss.
 
 When a check reads a tensor's values: shape and dtype checks cost nothing and always run.  Value checks
 (ranges, NaN) read the data: on a GPU that waits for the device (a host synchronisation in every call) and
@@ -15,12 +17,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .logic.errors import check_int
+from .logic.checks import (as_array, check_bool, check_in_range, check_int, check_int_array, check_limit,
+                           check_states, check_vars, check_word, parse_int_token)
 from .numerics import log1mexp
 
-__all__ = ["reads_values", "require", "check_dense", "check_device", "check_ids", "check_shape", "categorical",
-           "check_allowed", "check_root", "pick_root", "apply_allowed", "check_sample", "check_candidates",
-           "check_positions", "check_validate_inputs", "check_generator"]
+__all__ = ["check_int", "check_bool", "parse_int_token", "check_limit", "check_vars", "check_states", "check_word",
+           "as_array", "check_int_array", "check_in_range", "reads_values", "require", "check_dense", "check_device",
+           "check_ids", "check_shape", "categorical", "check_allowed", "check_root", "apply_allowed", "check_sample",
+           "check_candidates", "check_positions", "check_generator"]
 
 
 def reads_values(x: Tensor) -> bool:
@@ -108,30 +112,25 @@ def check_allowed(allowed: object, shape: tuple[int, int, int], device: torch.de
         raise ValueError(f"allowed must have shape (B, n, k) = {shape}, got {tuple(allowed.shape)}")
 
 
-def check_root(root: object, n_roots: int) -> int:
-    """``root`` as the index of one of ``n_roots`` roots (:func:`~pseudosl.logic.errors.check_int`, then the range)."""
+def check_root(root: object, n_roots: int, *, every_root: bool = False) -> int | None:
+    """``root`` as the index of one of a circuit's ``n_roots`` roots (:func:`check_int`, then the range): the one
+    check of a ``root=`` argument.
+
+    ``None`` means the only root (``0``) -- refused by name for a circuit of several roots, where a query must be
+    told which constraint to answer for -- or, where ``every_root``, every root (returned as ``None``).
+    """
+    if root is None:
+        if every_root:
+            return None
+        if n_roots != 1:
+            raise ValueError(f"this circuit has {n_roots} roots: pass root=r (0 <= r < {n_roots}) to choose the "
+                             "constraint (the answer satisfies that root only), or compile the conjunction of the "
+                             "constraints into one root")
+        return 0
     root = check_int("root", root, 0)
     if root >= n_roots:
         raise ValueError(f"root must be an int in 0..{n_roots - 1} (a root of the circuit), got {root}")
     return root
-
-
-def pick_root(root: object, n_roots: int) -> int:
-    """The root an assignment query answers for: ``root`` (:func:`check_root`), or the only one when ``None``."""
-    if root is None:
-        if n_roots != 1:
-            raise ValueError(f"this circuit has {n_roots} roots: pass root=r (0 <= r < {n_roots}) to "
-                             "choose the constraint (for their conjunction, compile the conjunction)")
-        return 0
-    return check_root(root, n_roots)
-
-
-def check_validate_inputs(value: object) -> bool | None:
-    """``value`` as a :attr:`pseudosl.Circuit.validate_inputs`: True, False or None, nothing truthy in their place."""
-    if value is not None and not isinstance(value, bool):
-        raise TypeError(f"validate_inputs must be True, False or None (the default: on CPU tensors in eager "
-                        f"mode), got {type(value).__name__} {value!r}")
-    return value
 
 
 def check_generator(generator: object, device: torch.device) -> None:

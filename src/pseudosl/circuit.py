@@ -15,14 +15,17 @@ query                             value                                         
 ================================  ======================================================  =====================
 ``log_prob(x, allowed)``          ``log Z = log sum_{y |= alpha} exp w(y)``                ``(B,)``, ``(B, R)``
 ``forward(x, semiring="max")``    ``max_{y |= alpha} w(y)``                                ``(B, R)``
-``mpe(x, allowed, root=)``        the maximiser ``y*`` and ``w(y*)``                        ``(B, n)``, ``(B,)``
-``sample(x, S, allowed, root=)``  ``S`` exact draws from ``q(y | alpha)``, ``w(y)``, ``log Z``  ``(S, B, n)``, ...
-``marginals(x, allowed, root=)``  ``P(y_v = c | alpha) = d log Z / d x[b, v, c]``          ``(B, n, k)``
+``condition(x, allowed, root)``   :class:`Conditioned`: ``q(y | alpha AND allowed)``, below
+``.log_partition``                ``log Z`` of the root                                    ``(B,)``
+``.mpe()``                        the maximiser ``y*`` and ``w(y*)``                        ``(B, n)``, ``(B,)``
+``.sample(S)``                    ``S`` exact draws from ``q(y | alpha)``, ``w(y)``, ``log Z``  ``(S, B, n)``, ...
+``.marginals``                    ``P(y_v = c | alpha) = d log Z / d x[b, v, c]``          ``(B, n, k)``
 ================================  ======================================================  =====================
 
-``log_prob`` gives one value per root (``(B, R)`` for ``R`` roots).  The assignment queries answer for
-one constraint: ``root=r`` picks root ``r`` of a multi-rooted circuit (required there; a single root is
-the default).  Where ``alpha AND allowed`` has no model for an example (``log Z = -inf``) there is
+``circuit.mpe(x, allowed, root=r)``, ``sample(x, S, allowed=, root=)`` and ``marginals(x, allowed, root=)`` are
+``circuit.condition(x, allowed, r)``'s queries in one call.  ``log_prob`` gives one value per root (``(B, R)`` for
+``R`` roots).  The assignment queries answer for one constraint: ``root=r`` picks root ``r`` of a multi-rooted
+circuit (required there; a single root is the default).  Where ``alpha AND allowed`` has no model for an example (``log Z = -inf``) there is
 nothing to return, and the queries say so with a sentinel instead of an arbitrary assignment: values
 ``-1`` and ``w = -inf`` (``mpe``, ``sample``), all-zero marginals.  Queries run without autograd.
 An empty batch gives empty results.  float16 / bfloat16 inputs are evaluated in float32 (results are
@@ -32,8 +35,8 @@ Evaluation keeps every node value in one buffer of shape ``(n_slots, B)``, group
 queries are the two layer loops of :mod:`pseudosl.semirings` (bottom-up under a semiring, top-down with weights that
 decide the query).
 
-Memory: passes without autograd run in chunks of at most :attr:`Circuit.chunk_bytes`; a pass or result that cannot
-fit is refused with a ``MemoryError`` naming its size before anything is allocated (:mod:`pseudosl.memory`).
+Memory: passes without autograd run in chunks of at most :attr:`Circuit.memory_budget` bytes; a pass or result that
+cannot fit is refused with a ``MemoryError`` naming its size before anything is allocated (:mod:`pseudosl.memory`).
 
 Derivatives: the hand-written backward is itself differentiable.  Under ``create_graph=True`` it is the
 gradient of :func:`~pseudosl.semirings.evaluate_differentiable` (plain autograd ops), so second and
@@ -45,11 +48,12 @@ Example:
     >>> x = torch.tensor([[0.9, 0.8]]).log()                 # q(X_v = true), a batch of one
     >>> c.log_prob(x).exp()                                  # 0.9 * 0.2 + 0.1 * 0.8
     tensor([0.2600])
-    >>> c.mpe(x).values                                      # the most probable model
+    >>> q = c.condition(x)                                   # q(y | alpha), the batch cut into chunks once
+    >>> q.mpe().values                                       # the most probable model
     tensor([[1, 0]])
-    >>> c.marginals(x)[:, :, 1]                              # q(X_v = true | alpha)
+    >>> q.marginals[:, :, 1]                                 # q(X_v = true | alpha)
     tensor([[0.6923, 0.3077]])
-    >>> s = c.sample(x, 1000, generator=torch.Generator().manual_seed(0))
+    >>> s = q.sample(1000, generator=torch.Generator().manual_seed(0))
     >>> s.values.shape                                       # (S, B, n)
     torch.Size([1000, 1, 2])
     >>> bool((s.values.sum(-1) == 1).all())                  # every sample satisfies alpha
@@ -59,6 +63,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -68,15 +73,16 @@ from torch import Tensor, nn
 
 from . import checks, memory, semirings, torchcompile
 from .semirings import MPE, Samples
-from .checks import apply_allowed, check_root
+from .checks import apply_allowed
 from .logic import dagfile
 from .logic.dag import Dag, LayerPlan
-from .logic.errors import DEFAULT_MAX_VARS, check_int
+from .logic.errors import DEFAULT_MAX_VARS
+from .logic.checks import check_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from pysdd.sdd import SddNode
 
-__all__ = ["Circuit", "MPE", "Samples", "apply_allowed", "check_root"]
+__all__ = ["Circuit", "Conditioned", "MPE", "Samples"]
 
 
 class Circuit(nn.Module):
@@ -106,22 +112,23 @@ class Circuit(nn.Module):
 
     @validate_inputs.setter
     def validate_inputs(self, value: bool | None) -> None:
-        self._validate_inputs = checks.check_validate_inputs(value)
+        self._validate_inputs = checks.check_bool("validate_inputs", value,
+                                                  none="the default: on CPU tensors in eager mode")
 
-    _chunk_bytes: int | None = None
+    _memory_budget: int | None = None
 
     @property
-    def chunk_bytes(self) -> int | None:
+    def memory_budget(self) -> int | None:
         """Working memory (bytes) of one chunk of a pass without autograd: larger batches (and sample counts)
         are evaluated in chunks of this size, exactly.  ``None`` (default): 64 MiB on a CPU, where chunks
         that size run faster than one large pass (2.4x on the Sudoku circuit at batch 2048, see
         docs/benchmarks.md), 2 GiB on other devices.  Set it per circuit, to an int (``64 * 2**20``) or
         None; anything else (``1e6``, ``"64MB"``, ``0``) is refused when assigned."""
-        return self._chunk_bytes
+        return self._memory_budget
 
-    @chunk_bytes.setter
-    def chunk_bytes(self, value: int | None) -> None:
-        self._chunk_bytes = memory.check_chunk_bytes(value)
+    @memory_budget.setter
+    def memory_budget(self, value: int | None) -> None:
+        self._memory_budget = memory.check_budget(value, "circuit.memory_budget", "64 MiB on a CPU, 2 GiB elsewhere")
 
     def __init__(self, dag: Dag) -> None:
         super().__init__()
@@ -203,6 +210,7 @@ class Circuit(nn.Module):
 
     def check(self, determinism: bool = True, max_assignments: int = 1 << 20) -> None:
         """Raise :class:`~pseudosl.logic.CircuitError` unless smooth, decomposable (and deterministic)."""
+        determinism = checks.check_bool("determinism", determinism)
         self.dag.check_smooth()
         self.dag.check_decomposable()
         if determinism:
@@ -214,13 +222,7 @@ class Circuit(nn.Module):
 
     def validates(self, x: Tensor) -> bool:
         """Whether the value checks on ``x`` run (see :attr:`validate_inputs`)."""
-        if self.validate_inputs is None:
-            return checks.reads_values(x)
-        return self.validate_inputs
-
-    def _check_shape(self, x: Tensor) -> bool:
-        """Type and shape of ``x`` (host-side, free); whether it is the Boolean ``(B, n)`` form."""
-        return checks.check_shape(x, self.n_vars, self.n_values, self.root_rows.device)
+        return checks.reads_values(x) if self.validate_inputs is None else self.validate_inputs
 
     def categorical_input(self, x: Tensor) -> Tensor:
         """Check ``x`` and return it as ``(B, n, k)`` log-probabilities (see module docs).
@@ -231,7 +233,7 @@ class Circuit(nn.Module):
         Under ``torch.compile`` with ``validate_inputs=True`` they are device-side asserts
         (``torch._assert_async``), which stop the program rather than raise a ``ValueError``.
         """
-        boolean = self._check_shape(x)
+        boolean = checks.check_shape(x, self.n_vars, self.n_values, self.root_rows.device)
         return checks.categorical(x, boolean, self.validates(x))
 
     def _prepared(self, x: Tensor, allowed: Tensor | None, rows: slice) -> Tensor:
@@ -242,20 +244,12 @@ class Circuit(nn.Module):
             xc = apply_allowed(xc, allowed if whole else allowed[rows])
         return xc.float() if xc.dtype in (torch.float16, torch.bfloat16) else xc
 
-    def _leaves(self, xc: Tensor) -> Tensor:
-        """``(n*k, b)``: the leaf rows of the node buffer."""
+    def _leaves(self, xc: Tensor) -> Tensor:  # (n*k, b): the leaf rows of the node buffer
         return xc.reshape(xc.shape[0], self.n_vars * self.n_values).t()
 
-    def _chunk_limit(self, device: torch.device) -> int:
-        return memory.chunk_limit(self.chunk_bytes, device)
-
-    def _chunks(self, total: int, bytes_each: int, device: torch.device) -> memory.Chunks:
-        """``range(total)`` cut into slices of at most :attr:`chunk_bytes` (one item at least), made lazily."""
-        return memory.chunks(total, bytes_each, self._chunk_limit(device))
-
-    def _row_bytes(self, x: Tensor, keep: bool) -> int:
-        """Estimated working bytes per batch row of a pass (keeping the weights to go back down or not)."""
-        return self._memory.row_bytes(x, keep)
+    def _budget(self, device: torch.device) -> int:
+        """The bytes of one chunk of a pass on ``device`` (:attr:`memory_budget` or its default)."""
+        return memory.chunk_limit(self.memory_budget, device)
 
     def forward(self, x: Tensor, semiring: str = "log") -> Tensor:
         """Every root's value under ``semiring``: ``(B, R)``.
@@ -265,24 +259,24 @@ class Circuit(nn.Module):
         Half-precision inputs (float16, bfloat16) are evaluated in float32 and the result is float32:
         a Sudoku circuit sums thousands of terms, and bfloat16's 8-bit mantissa would move the value
         by a nat or more.  An empty batch gives an empty ``(0, R)`` result.  Without a graph to record
-        the batch runs in chunks of :attr:`chunk_bytes`; with one, a batch too large for the free
+        the batch runs in chunks of :attr:`memory_budget`; with one, a batch too large for the free
         memory is a ``MemoryError`` (see the module docs).
         """
         sr = semirings.semiring(semiring)
-        self._check_shape(x)
+        checks.check_shape(x, self.n_vars, self.n_values, self.root_rows.device)
         if x.shape[0] == 0:  # nothing to evaluate; keep the (empty) result in the graph
             return self._leaves(self._prepared(x, None, slice(0, 0))).t()[:, :1].expand(0, self.n_roots) * 0.0
         if torch.is_grad_enabled() and x.requires_grad:
-            self._memory.check_pass(x, self._chunk_limit(x.device))
+            self._memory.check_pass(x, self._budget(x.device))
             leaves = self._leaves(self._prepared(x, None, slice(0, x.shape[0])))
             return semirings.Evaluate.apply(leaves, sr.name, tuple(self._meta), self.n_slots, self.root_rows,
                                             *self._indices()).t()
-        chunks = self._chunks(x.shape[0], self._row_bytes(x, keep=False), x.device)
+        chunks = memory.chunks(x.shape[0], self._memory.row_bytes(x, keep=False), self._budget(x.device))
         if len(chunks) > 1:  # the result is made once and filled chunk by chunk
             b, r = x.shape[0], self.n_roots
             self._memory.check_result(f"log_prob of a batch of {b} rows", x, f"({b}, {r})", b * r,
                                       b * r * memory.itemsize(x), chunks[0].stop - chunks[0].start, keep=False,
-                                      fix="pass smaller batches", budget=self._chunk_limit(x.device))
+                                      fix="pass smaller batches", budget=self._budget(x.device))
         out = None
         for rows in chunks:
             part = semirings.bottom_up(self._leaves(self._prepared(x, None, rows)), self._meta, self.n_slots,
@@ -301,131 +295,25 @@ class Circuit(nn.Module):
         out = self(x)
         return out[:, 0] if self.n_roots == 1 else out
 
-    # -- queries on one root: MPE, samples, marginals -------------------------------------------
-    def _root_slot(self, root: int | None) -> int:
-        return self._root_slots[checks.pick_root(root, self.n_roots)]
+    # -- queries on one root: the conditioned distribution ---------------------------------------
+    def condition(self, x: Tensor, allowed: Tensor | None = None, root: int | None = None) -> "Conditioned":
+        """``q(y | alpha_root AND allowed)`` under the fully-factorized ``x`` (``(B, n, k)`` log-weights, or ``(B, n)``
+        ``log q(true)`` for a Boolean circuit; ``allowed``: bool ``(B, n, k)`` unit constraints; ``root``: default the
+        only one): a :class:`Conditioned`, whose queries share its checks and its chunks of the batch."""
+        return Conditioned(self, x, allowed, root)
 
-    def _check_query(self, x: Tensor, allowed: Tensor | None) -> None:
-        self._check_shape(x)
-        if allowed is not None:
-            checks.check_allowed(allowed, (x.shape[0], self.n_vars, self.n_values), x.device)
-
-    def _up(self, leaves: Tensor, sr: semirings.Semiring) -> tuple[Tensor, list[Tensor | None]]:
-        """The node buffer ``(n_slots, b)`` under ``sr`` and the weights each group kept for the way down."""
-        kept: list[Tensor | None] = []
-        return semirings.bottom_up(leaves, self._meta, self.n_slots, self._indices(), sr, kept), kept
-
-    def _down(self, like: Tensor, slot: int, n_cols: int, weights: Callable[[int], Tensor | None]) -> Tensor:
-        """The leaf rows ``(n*k, n_cols)`` that a top-down pass from root ``slot`` (seeded with 1) reaches."""
-        seed = like.new_zeros(self.n_slots, n_cols)
-        seed[slot] = 1.0
-        return semirings.top_down(seed, self._meta, self._indices(), weights)[2:2 + self.n_vars * self.n_values]
-
-    @torch.no_grad()
     def mpe(self, x: Tensor, allowed: Tensor | None = None, *, root: int | None = None) -> MPE:
-        """The most probable assignment that satisfies the constraint (and ``allowed``), per example.
+        """:meth:`Conditioned.mpe` of ``condition(x, allowed, root)``: the most probable model, per example."""
+        return self.condition(x, allowed, root).mpe()
 
-        Args:
-            x: ``(B, n, k)`` log-probabilities (or ``(B, n)`` ``log q(true)`` for a Boolean circuit).
-            allowed: optional bool ``(B, n, k)`` unit constraints conjoined with the constraint.
-            root: which root of a multi-rooted circuit (default: the only one).
-
-        Returns:
-            :class:`MPE` ``(values, log_prob)``: ``values`` ``(B, n)`` int64, a maximiser
-            ``y* = argmax_{y |= alpha AND allowed} sum_v x[b, v, y_v]`` (ties: any maximiser), and
-            ``log_prob`` ``(B,)`` its log-weight ``sum_v x[b, v, y*_v]``.  Where there is no model:
-            values ``-1`` and ``log_prob`` ``-inf``.
-        """
-        self._check_query(x, allowed)
-        slot = self._root_slot(root)
-        b, n = x.shape[0], self.n_vars
-        chunks = self._chunks(b, self._row_bytes(x, keep=True), x.device)
-        self._memory.check_result(f"mpe of a batch of {b} rows", x, f"values ({b}, {n}) int64", b * n,
-                                  b * (8 * n + memory.itemsize(x)), chunks[0].stop - chunks[0].start, keep=True,
-                                  fix="pass smaller batches", budget=self._chunk_limit(x.device))
-        out = MPE(x.new_empty(b, n, dtype=torch.long), x.new_empty(b, dtype=memory.result_dtype(x)))
-        for rows in chunks:
-            xc = self._prepared(x, allowed, rows)
-            buf, kept = self._up(self._leaves(xc), semirings.MAX)
-            leaf_rows = self._down(buf, slot, xc.shape[0], kept.__getitem__)
-            values = semirings.leaf_values(leaf_rows, self.n_vars, self.n_values).unsqueeze(0)
-            v, lp = semirings.scored(xc, values, torch.isneginf(buf[slot]))
-            out.values[rows], out.log_prob[rows] = v[0], lp[0]
-        return out
-
-    @torch.no_grad()
     def sample(self, x: Tensor, num_samples: int = 1, *, allowed: Tensor | None = None, root: int | None = None,
                generator: torch.Generator | None = None) -> Samples:
-        """Exact samples from ``q(y | alpha AND allowed)``, ``num_samples`` per example, drawn top-down.
+        """:meth:`Conditioned.sample` of ``condition(x, allowed, root)``: ``num_samples`` exact draws per example."""
+        return self.condition(x, allowed, root).sample(num_samples, generator=generator)
 
-        Args:
-            x: ``(B, n, k)`` log-probabilities (or ``(B, n)`` ``log q(true)`` for a Boolean circuit);
-                they need not be normalised.
-            num_samples: ``S``, samples per example (the bottom-up pass runs once for all of them).
-            allowed: optional bool ``(B, n, k)`` unit constraints conjoined with the constraint.
-            root: which root of a multi-rooted circuit (default: the only one).
-            generator: a ``torch.Generator`` on ``x``'s device (default: the global one).  The same
-                generator state, inputs and :attr:`chunk_bytes` give the same samples.
-
-        Returns:
-            :class:`Samples` ``(values, log_prob, log_partition)``: ``values`` ``(S, B, n)`` int64,
-            ``log_prob`` ``(S, B)`` = ``sum_v x[b, v, y_v]`` of each sample, and ``log_partition`` ``(B,)``
-            = ``log P(alpha AND allowed)``, so ``log_prob - log_partition`` is ``log q(y | alpha AND allowed)``.
-            Where there is no model: values ``-1``, ``log_prob`` and ``log_partition`` ``-inf``.
-            Exact up to the floating-point precision of ``x`` (one uniform draw per node and sample).
-        """
-        self._check_query(x, allowed)
-        num_samples = check_int("num_samples", num_samples, 1)
-        checks.check_generator(generator, x.device)
-        slot = self._root_slot(root)
-        big_s, big_b, n = num_samples, x.shape[0], self.n_vars
-        chunks = self._chunks(big_b, self._row_bytes(x, keep=True), x.device)
-        self._memory.check_result(f"sample of {big_s} draws for each of {big_b} rows", x,
-                                  f"values ({big_s}, {big_b}, {n}) int64 and log_prob ({big_s}, {big_b})",
-                                  max(big_s * big_b * n, big_s), big_s * big_b * (8 * n + memory.itemsize(x)),
-                                  chunks[0].stop - chunks[0].start, keep=True, budget=self._chunk_limit(x.device),
-                                  fix="draw fewer samples per call (num_samples, e.g. in a loop) "
-                                      "or pass smaller batches")
-        dtype = memory.result_dtype(x)
-        out = Samples(x.new_empty(big_s, big_b, n, dtype=torch.long), x.new_empty(big_s, big_b, dtype=dtype),
-                      x.new_empty(big_b, dtype=dtype))
-        for rows in chunks:
-            xc = self._prepared(x, allowed, rows)
-            buf, kept = self._up(self._leaves(xc), semirings.LOG)
-            b = xc.shape[0]
-            for draws in self._chunks(big_s, b * self._row_bytes(xc, keep=False), x.device):
-                s = draws.stop - draws.start
-                leaf_rows = self._down(buf, slot, s * b, lambda g: None if kept[g] is None else
-                                       semirings.sampled_choices(kept[g], s, generator))
-                values = semirings.leaf_values(leaf_rows, n, self.n_values).reshape(s, b, n)
-                v, lp = semirings.scored(xc, values, torch.isneginf(buf[slot]))
-                out.values[draws, rows], out.log_prob[draws, rows] = v, lp
-            out.log_partition[rows] = buf[slot]
-        return out
-
-    @torch.no_grad()
     def marginals(self, x: Tensor, allowed: Tensor | None = None, *, root: int | None = None) -> Tensor:
-        """``(B, n, k)``: ``P(y_v = c | alpha AND allowed)`` under the fully-factorized ``x``.
-
-        The gradient of ``log P(alpha AND allowed)`` with respect to ``x`` (one top-down pass of the
-        hand-written backward), not differentiable itself.  Each ``[b, v]`` row sums to 1; where there is
-        no model, the example's marginals are all 0.  ``root`` picks the root of a multi-rooted circuit.
-        """
-        self._check_query(x, allowed)
-        slot = self._root_slot(root)
-        shape = (x.shape[0], self.n_vars, self.n_values)
-        chunks = self._chunks(shape[0], self._row_bytes(x, keep=True), x.device)
-        self._memory.check_result(f"marginals of a batch of {shape[0]} rows", x, f"{shape}",
-                                  shape[0] * shape[1] * shape[2], shape[0] * shape[1] * shape[2] * memory.itemsize(x),
-                                  chunks[0].stop - chunks[0].start, keep=True, fix="pass smaller batches",
-                                  budget=self._chunk_limit(x.device))
-        out = x.new_empty(shape, dtype=memory.result_dtype(x))
-        for rows in chunks:
-            xc = self._prepared(x, allowed, rows)
-            buf, kept = self._up(self._leaves(xc), semirings.LOG)
-            mu = self._down(buf, slot, xc.shape[0], kept.__getitem__).t().reshape(xc.shape)
-            out[rows] = mu.masked_fill(torch.isneginf(buf[slot]).view(-1, 1, 1), 0.0)
-        return out
+        """:attr:`Conditioned.marginals` of ``condition(x, allowed, root)``: ``(B, n, k)``."""
+        return self.condition(x, allowed, root).marginals
 
     def compiled(self, **options: Any) -> Callable[[Tensor], Tensor]:
         """:meth:`log_prob` compiled with ``torch.compile(fullgraph=True, **options)``, once per circuit.
@@ -447,13 +335,114 @@ class Circuit(nn.Module):
         state.pop(torchcompile.CACHE, None)  # compiled functions are rebuilt on demand, never copied or pickled
         return state
 
-    def log_prob_reference(self, x: Tensor) -> Tensor:
-        """The same value through plain differentiable torch ops (:func:`~pseudosl.semirings.evaluate_differentiable`).
 
-        Slower than :meth:`log_prob`, whose derivatives of every order are the same; a cross-check in tests.
-        """
-        x = self.categorical_input(x)
-        if x.dtype in (torch.float16, torch.bfloat16):
-            x = x.float()
-        out = semirings.evaluate_differentiable(self._leaves(x), self._meta, self._indices(), self.root_rows).t()
-        return out[:, 0] if self.n_roots == 1 else out
+class Conditioned:
+    """``q(y | alpha_r AND allowed) = q(y) [y |= alpha_r AND allowed] / Z`` for root ``r`` of a circuit under the
+    fully-factorized ``x`` (:meth:`Circuit.condition`; torch-struct's conditioned distribution).
+
+    The inputs are checked and the batch cut into chunks of :attr:`Circuit.memory_budget` once; each query runs
+    its passes chunk by chunk (:mod:`pseudosl.semirings`) into one result, refused first if it cannot fit.  Where
+    there is no model (``Z = 0``): values ``-1`` and log-weights ``-inf`` (``mpe``, ``sample``), zero marginals.
+    ``log_partition`` is :meth:`Circuit.log_prob`'s value (differentiable); the other queries run without autograd.
+    """
+
+    def __init__(self, circuit: Circuit, x: Tensor, allowed: Tensor | None, root: int | None) -> None:
+        checks.check_shape(x, circuit.n_vars, circuit.n_values, circuit.root_rows.device)
+        if allowed is not None:
+            checks.check_allowed(allowed, (x.shape[0], circuit.n_vars, circuit.n_values), x.device)
+        self.circuit, self.x, self.allowed = circuit, x, allowed
+        self.root = checks.check_root(root, circuit.n_roots)
+        self._slot = circuit._root_slots[self.root]
+        keep = circuit._memory.row_bytes(x, keep=True)  # a query keeps the weights to go back down
+        self.chunks = memory.chunks(x.shape[0], keep, circuit._budget(x.device))
+
+    @cached_property
+    def log_partition(self) -> Tensor:
+        """``(B,)`` ``log Z = log P(alpha_r AND allowed)`` (:meth:`Circuit.log_prob` of the root)."""
+        out = self.circuit.log_prob(self.x, self.allowed)
+        return out if out.dim() == 1 else out[:, self.root]
+
+    @torch.no_grad()
+    def mpe(self) -> MPE:
+        """The most probable model per example: ``values`` ``(B, n)`` int64, a maximiser ``y* = argmax_{y |= alpha_r
+        AND allowed} sum_v x[b, v, y_v]`` (ties: any maximiser), and ``log_prob`` ``(B,)`` its log-weight
+        ``sum_v x[b, v, y*_v]``.  Where there is no model: values ``-1`` and ``log_prob`` ``-inf``."""
+        x, (b, n) = self.x, (self.x.shape[0], self.circuit.n_vars)
+        self._check_result(f"mpe of a batch of {b} rows", f"values ({b}, {n}) int64", b * n,
+                           b * (8 * n + memory.itemsize(x)))
+        out = MPE(x.new_empty(b, n, dtype=torch.long), x.new_empty(b, dtype=memory.result_dtype(x)))
+        for rows in self.chunks:
+            xc, buf, kept = self._up(rows, semirings.MAX)
+            values = semirings.leaf_values(self._down(buf, xc.shape[0], kept.__getitem__), n,
+                                           self.circuit.n_values).unsqueeze(0)
+            v, lp = semirings.scored(xc, values, torch.isneginf(buf[self._slot]))
+            out.values[rows], out.log_prob[rows] = v[0], lp[0]
+        return out
+
+    @torch.no_grad()
+    def sample(self, num_samples: int = 1, *, generator: torch.Generator | None = None) -> Samples:
+        """``S = num_samples`` exact draws per example, top-down after one bottom-up pass (``generator`` on ``x``'s
+        device; the same state, inputs and :attr:`Circuit.memory_budget` give the same draws): :class:`Samples`
+        ``values (S, B, n)`` int64, ``log_prob (S, B) = sum_v x[b, v, y_v]`` and ``log_partition (B,) = log Z``, so
+        ``log_prob - log_partition`` is ``log q(y | alpha_r AND allowed)``.  Exact up to the precision of ``x``."""
+        x, n = self.x, self.circuit.n_vars
+        big_s, big_b = check_int("num_samples", num_samples, 1), x.shape[0]
+        checks.check_generator(generator, x.device)
+        self._check_result(f"sample of {big_s} draws for each of {big_b} rows",
+                           f"values ({big_s}, {big_b}, {n}) int64 and log_prob ({big_s}, {big_b})",
+                           max(big_s * big_b * n, big_s), big_s * big_b * (8 * n + memory.itemsize(x)),
+                           fix="draw fewer samples per call (num_samples, e.g. in a loop) or pass smaller batches")
+        dtype = memory.result_dtype(x)
+        out = Samples(x.new_empty(big_s, big_b, n, dtype=torch.long), x.new_empty(big_s, big_b, dtype=dtype),
+                      x.new_empty(big_b, dtype=dtype))
+        for rows in self.chunks:
+            xc, buf, kept = self._up(rows, semirings.LOG)
+            b = xc.shape[0]
+            draw_bytes = b * self.circuit._memory.row_bytes(xc, keep=False)
+            for draws in memory.chunks(big_s, draw_bytes, self.circuit._budget(x.device)):
+                s = draws.stop - draws.start
+                leaf_rows = self._down(buf, s * b, lambda g: None if kept[g] is None else
+                                       semirings.sampled_choices(kept[g], s, generator))
+                values = semirings.leaf_values(leaf_rows, n, self.circuit.n_values).reshape(s, b, n)
+                v, lp = semirings.scored(xc, values, torch.isneginf(buf[self._slot]))
+                out.values[draws, rows], out.log_prob[draws, rows] = v, lp
+            out.log_partition[rows] = buf[self._slot]
+        return out
+
+    @cached_property
+    @torch.no_grad()
+    def marginals(self) -> Tensor:
+        """``(B, n, k)``: ``P(y_v = c | alpha_r AND allowed)``, the gradient of ``log Z`` with respect to ``x`` (one
+        top-down pass of the hand-written backward), not differentiable itself.  Each ``[b, v]`` row sums to 1; where
+        there is no model, the example's marginals are all 0."""
+        x, shape = self.x, (self.x.shape[0], self.circuit.n_vars, self.circuit.n_values)
+        size = shape[0] * shape[1] * shape[2]
+        self._check_result(f"marginals of a batch of {shape[0]} rows", f"{shape}", size, size * memory.itemsize(x))
+        out = x.new_empty(shape, dtype=memory.result_dtype(x))
+        for rows in self.chunks:
+            xc, buf, kept = self._up(rows, semirings.LOG)
+            mu = self._down(buf, xc.shape[0], kept.__getitem__).t().reshape(xc.shape)
+            out[rows] = mu.masked_fill(torch.isneginf(buf[self._slot]).view(-1, 1, 1), 0.0)
+        return out
+
+    # -- the passes ------------------------------------------------------------------------------
+    def _check_result(self, what: str, result: str, values: int, value_bytes: int,
+                      fix: str = "pass smaller batches") -> None:
+        """Refuse, before any work, a result (and one chunk's pass) that cannot fit (``PassPlanner.check_result``)."""
+        c, first = self.circuit, self.chunks[0]
+        c._memory.check_result(what, self.x, result, values, value_bytes, first.stop - first.start, keep=True,
+                               fix=fix, budget=c._budget(self.x.device))
+
+    def _up(self, rows: slice, sr: semirings.Semiring) -> tuple[Tensor, Tensor, list[Tensor | None]]:
+        """Rows ``rows`` as checked ``(b, n, k)`` log-weights, their node buffer ``(n_slots, b)`` under ``sr`` and
+        the weights each group kept for the way down."""
+        c, kept = self.circuit, []
+        xc = c._prepared(self.x, self.allowed, rows)
+        return xc, semirings.bottom_up(c._leaves(xc), c._meta, c.n_slots, c._indices(), sr, kept), kept
+
+    def _down(self, like: Tensor, n_cols: int, weights: Callable[[int], Tensor | None]) -> Tensor:
+        """The leaf rows ``(n*k, n_cols)`` that a top-down pass from the root (seeded with 1) reaches."""
+        c = self.circuit
+        seed = like.new_zeros(c.n_slots, n_cols)
+        seed[self._slot] = 1.0
+        return semirings.top_down(seed, c._meta, c._indices(), weights)[2:2 + c.n_vars * c.n_values]

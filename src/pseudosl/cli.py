@@ -19,7 +19,7 @@ import typing
 from pathlib import Path
 
 from .errors import user_message
-from .logic.errors import parse_int_token
+from .logic.checks import parse_int_token
 from .experiments.registry import EXPERIMENTS, experiment
 
 __all__ = ["main", "build_parser", "add_config_flags"]
@@ -28,7 +28,7 @@ _NOT_FLAGS = {"preset"}  # set by --preset/--quick
 
 
 def int_flag(text: str) -> int:
-    """An int flag's value, read strictly (:func:`~pseudosl.logic.errors.parse_int_token`): ASCII digits after an
+    """An int flag's value, read strictly (:func:`~pseudosl.logic.checks.parse_int_token`): ASCII digits after an
     optional ``-``; not ``3_0``, ``+3``, `` 3`` or other Unicode digits such as ``\u0663``, which ``int()`` takes."""
     return parse_int_token(text, "", ValueError, negative=True)
 

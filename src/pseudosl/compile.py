@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -27,8 +26,8 @@ from .logic.automaton import DFA, SparseDFA, forbidden_sequences_sparse_dfa
 from .logic.automaton_circuit import automaton_dag
 from .logic.categorical import FALSE, CatFormula, categorical_dag
 from .logic.cnf import cnf_formula, normalize_clauses, parse_dimacs
-from .logic.errors import (DEFAULT_MAX_EDGES, DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, UnsatisfiableError, as_int,
-                           check_int, check_vars)
+from .logic.errors import DEFAULT_MAX_EDGES, DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, UnsatisfiableError
+from .logic.checks import check_bool, check_int, check_vars
 from .logic.formula import Formula, dag_key
 from .logic.sddcompile import VTREE_TYPES, compile_with_pysdd
 
@@ -64,6 +63,7 @@ def compile_cnf(path_or_clauses: str | Path | Sequence[Sequence[int]], n_vars: i
         SizeLimitError: above ``max_vars`` or ``max_nodes``.
         UnsatisfiableError: no model (unless ``allow_unsat``).
     """
+    minimize, allow_unsat = check_bool("minimize", minimize), check_bool("allow_unsat", allow_unsat)
     source = "" if n_vars is not None else " (from the largest variable of the clauses)"
     if isinstance(path_or_clauses, (str, Path)):
         header_vars, clauses = parse_dimacs(path_or_clauses)
@@ -77,7 +77,7 @@ def compile_cnf(path_or_clauses: str | Path | Sequence[Sequence[int]], n_vars: i
     n_vars, clauses = normalize_clauses(clauses, n_vars)
     check_vars(f"compile_cnf: n_vars{source} is", n_vars, max_vars, _VARS_COST)
     _check_vtree(vtree)
-    key = ("cnf", n_vars, clauses, vtree, bool(minimize))
+    key = ("cnf", n_vars, clauses, vtree, minimize)
     circuit = cached_circuit(key, lambda: Circuit(compile_with_pysdd([cnf_formula(clauses)], n_vars, vtree=vtree,
                                                                      minimize=minimize, max_vars=max_vars,
                                                                      max_nodes=max_nodes)),
@@ -105,6 +105,7 @@ def compile_formula(formula_or_list: Formula | Sequence[Formula], n_vars: int | 
         >>> a, b, c = variables(3)
         >>> circuit = compile_formula([a.implies(b), b | c])   # log_prob: (B, 2)
     """
+    minimize, allow_unsat = check_bool("minimize", minimize), check_bool("allow_unsat", allow_unsat)
     formulas = [formula_or_list] if isinstance(formula_or_list, Formula) else formula_or_list
     if isinstance(formulas, (str, bytes)) or not isinstance(formulas, Sequence) or not formulas:
         raise TypeError(f"formula_or_list must be a Formula or a non-empty list of Formulas, got {formula_or_list!r}")
@@ -118,10 +119,10 @@ def compile_formula(formula_or_list: Formula | Sequence[Formula], n_vars: int | 
         if largest < 0:
             raise ValueError("the formulas mention no variable; pass n_vars (>= 1) to size the circuit")
         n_vars, source = largest + 1, f" (from the largest variable, Var({largest}))"
-    n_vars = as_int("n_vars", n_vars)
+    n_vars = check_int("n_vars", n_vars)
     check_vars(f"compile_formula: n_vars{source} is", n_vars, max_vars, _VARS_COST)
     _check_vtree(vtree)
-    key = ("formula", n_vars, dag_key(formulas), vtree, bool(minimize))
+    key = ("formula", n_vars, dag_key(formulas), vtree, minimize)
     circuit = cached_circuit(key, lambda: Circuit(compile_with_pysdd(formulas, n_vars, vtree=vtree, minimize=minimize,
                                                                      max_vars=max_vars, max_nodes=max_nodes)),
                              enabled=cache)
@@ -156,6 +157,7 @@ def compile_categorical(formula_or_list: CatFormula | Sequence[CatFormula], n_po
         >>> y = positions(6, 3)
         >>> circuit = compile_categorical(all_of(y[i] != y[i + 1] for i in range(5)))   # 3 * 2**5 = 96 models
     """
+    allow_unsat = check_bool("allow_unsat", allow_unsat)
     formulas = [formula_or_list] if isinstance(formula_or_list, CatFormula) else formula_or_list
     if isinstance(formulas, (str, bytes)) or not isinstance(formulas, Sequence) or not formulas:
         raise TypeError(f"formula_or_list must be a categorical formula or a non-empty list of them, got {formula_or_list!r}")
@@ -216,23 +218,6 @@ def compile_automaton(dfa: DFA | SparseDFA, n_positions: int, *, cache: bool = T
     sparse = dfa if isinstance(dfa, SparseDFA) else SparseDFA.from_dense(dfa)
     return cached_circuit(("automaton-intervals", sparse.key(), n_positions),
                           lambda: Circuit(automaton_dag(sparse, n_positions, max_edges=max_edges)), enabled=cache)
-
-
-def no_forbidden_words(words: Sequence[Sequence[int]], n_positions: int, n_values: int, *,
-                       cache: bool = True, max_edges: int | None = DEFAULT_MAX_EDGES) -> Circuit:
-    """Deprecated: ``pseudosl.no_forbidden_sequences`` (token-id sequences over a vocabulary, folded) replaces it.
-
-    The circuit over ``n_positions`` positions with ``n_values`` values in which no sequence of ``words`` occurs,
-    i.e. ``compile_automaton(forbidden_sequences_dfa(words, n_values), n_positions)``.  The name now belongs to
-    :func:`pseudosl.no_forbidden_words`, which forbids words in decoded text.
-    """
-    warnings.warn("pseudosl.compile.no_forbidden_words is deprecated: use pseudosl.no_forbidden_sequences for "
-                  "token-id sequences (or compile_automaton(forbidden_sequences_dfa(words, n_values), n_positions) for "
-                  "a bare circuit); pseudosl.no_forbidden_words now forbids words in decoded text",
-                  DeprecationWarning, stacklevel=2)
-    n_positions = check_int("n_positions", n_positions, low=1)
-    return compile_automaton(forbidden_sequences_sparse_dfa(words, n_values, max_edges=max_edges), n_positions,
-                             cache=cache, max_edges=max_edges)
 
 
 _VARS_COST = " (a circuit holds two leaves per variable and smooths every root over all of them)"

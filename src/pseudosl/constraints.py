@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Sequence
 from tqdm.auto import tqdm
 
 from .logic.builder import CircuitBuilder
-from .logic.errors import DEFAULT_MAX_NODES, as_int
+from .logic.errors import DEFAULT_MAX_NODES
+from .logic.checks import check_bool, check_int
 from .logic.simpath import grid_edges, is_simple_path, normalized_bound, simple_path_dag
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,7 +85,7 @@ def all_different(b: CircuitBuilder, positions: Sequence[int], values: Sequence[
     error before any work (``max_edges=None`` lifts the guard); large builds show a progress bar.
     """
     positions = _variables(b, positions, "all_different")
-    vals = list(range(b.n_values)) if values is None else sorted({as_int("value", c) for c in values})
+    vals = list(range(b.n_values)) if values is None else sorted({check_int("value", c) for c in values})
     bad = [c for c in vals if not 0 <= c < b.n_values]
     if bad:
         raise ValueError(f"all_different: value {bad[0]} is out of range 0..{b.n_values - 1}")
@@ -181,7 +182,8 @@ def simple_path(rows: int, cols: int, max_edges: int | None = None, *, cache: bo
     from .circuit import Circuit
 
     bound = normalized_bound(rows, cols, max_edges)  # validates rows, cols, max_edges
-    show = len(grid_edges(rows, cols)) >= 100 if progress is None else bool(progress)
+    progress = check_bool("progress", progress, none="for grids of 100 edges or more")
+    show = len(grid_edges(rows, cols)) >= 100 if progress is None else progress
     return cached_circuit(("simple_path", _SIMPATH_VERSION, rows, cols, bound),
                           lambda: Circuit(simple_path_dag(rows, cols, bound, progress=show, max_nodes=max_nodes)),
                           enabled=cache)
@@ -204,7 +206,7 @@ def _count(b: CircuitBuilder, variables: Sequence[int], k: int, *, at_most: bool
         raise ValueError(f"{name} counts Boolean variables but the builder has n_values={b.n_values}; "
                          f"use a CircuitBuilder(n_vars, 2)")
     vs = _variables(b, variables, name)
-    k = as_int("k", k)
+    k = check_int("k", k)
     if k < 0:
         raise ValueError(f"{name}: k must be >= 0, got {k}")
     n = len(vs)
@@ -223,7 +225,7 @@ def _count(b: CircuitBuilder, variables: Sequence[int], k: int, *, at_most: bool
 def _variables(b: CircuitBuilder, variables: Sequence[int], name: str) -> list[int]:
     if isinstance(variables, (str, bytes)) or not isinstance(variables, Sequence):
         raise TypeError(f"{name}: variables must be a sequence of ints, got {type(variables).__name__}")
-    vs = [as_int("variable", v) for v in variables]
+    vs = [check_int("variable", v) for v in variables]
     if len(set(vs)) != len(vs):
         dup = next(v for v in vs if vs.count(v) > 1)
         raise ValueError(f"{name}: variable {dup} is listed twice; the variables must be distinct")

@@ -1,5 +1,8 @@
 """The errors a user can act on: one base class, so the command line has one way to report them.
 
+:class:`PseudoslError` is defined in the bottom layer (:mod:`pseudosl.logic.errors`, with the errors of circuits,
+files and sizes, all its subclasses) and re-exported here beside the errors of run folders and storage.
+
 Every :class:`PseudoslError` names the argument or file, the value and the fix in its message; the
 ``pseudosl`` command prints it as one line (``pseudosl: error: ...``) and exits with status 2, never
 with a traceback.  A subclass also derives from the built-in type that callers already catch
@@ -9,12 +12,9 @@ with a traceback.  A subclass also derives from the built-in type that callers a
 
 from __future__ import annotations
 
+from .logic.errors import PseudoslError
+
 __all__ = ["PseudoslError", "RunFolderError", "StorageError", "user_message"]
-
-
-class PseudoslError(Exception):
-    """A failure the user can fix; the message says what, where and how."""
-
 
 class RunFolderError(PseudoslError, ValueError):
     """A run folder is in use by another run, or holds runs that do not belong to this one."""

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import apply_allowed, check_dense, require
+from .checks import apply_allowed, check_bool, check_dense, require
 from .circuit import Circuit
 from .numerics import log1mexp
 
@@ -82,7 +82,7 @@ def per_example(circuits: Circuits | Any, fn: Callable[..., Any], *rows: Tensor 
         return fn(circuits, *rows)
     first = next(r for r in rows if r is not None)
     circuits = (check_circuits(circuits, first.shape[0]) if all(isinstance(c, Circuit) for c in circuits)
-                else _check_count(circuits, first.shape[0]))
+                else _one_per_example(circuits, first.shape[0]))
     groups: dict[int, list[int]] = {}
     for b, c in enumerate(circuits):
         groups.setdefault(id(c), []).append(b)
@@ -101,7 +101,7 @@ def per_example(circuits: Circuits | Any, fn: Callable[..., Any], *rows: Tensor 
     return torch.cat(parts)[inverse]
 
 
-def _check_count(constraints: Sequence[Any], batch: int) -> list[Any]:
+def _one_per_example(constraints: Sequence[Any], batch: int) -> list[Any]:
     if len(constraints) != batch:
         raise ValueError(f"circuit: a sequence of {len(constraints)} constraints for a batch of {batch} examples; "
                          "pass one per example (or one for all)")
@@ -172,6 +172,7 @@ def product_log_prob(circuit: Circuit, log_probs: Tensor, allowed: Tensor | None
     fully-factorized distribution is ``prod_v sum_{c allowed} q_v(c)`` (1 without ``allowed``).
     Where ``P(allowed) = 0`` the result is ``-inf``.
     """
+    negate, condition = check_bool("negate", negate), check_bool("condition", condition)
     x = circuit.categorical_input(log_probs)
     lp = circuit.log_prob(apply_allowed(x, allowed))
     lp = lp.unsqueeze(-1) if lp.dim() == 1 else lp  # (B, R)
@@ -207,6 +208,7 @@ def semantic_loss(circuit: Circuits, logits: Tensor, reduction: Reduction = "mea
         >>> pseudosl.semantic_loss(c, torch.zeros(1, 3))        # -log(1 - 1/8)
         tensor(0.1335)
     """
+    condition = check_bool("condition", condition)
     first = circuit if isinstance(circuit, Circuit) else check_circuits(circuit, logits.shape[0])[0]
     lp = per_example(circuit, lambda c, x, a: product_log_prob(c, x, a, condition=condition),
                      log_probs_from_logits(first, logits), allowed)

@@ -1,6 +1,13 @@
-"""What a circuit pass may take: the memory free on a device, chunks within a budget, and checks before the work.
+"""The library's memory vocabulary: the memory free on a device, budgets in bytes, chunks within a budget, one way
+to write a size, and checks before the work.
 
-A pass without autograd runs in chunks of at most :attr:`pseudosl.Circuit.chunk_bytes` (:func:`chunks`).
+:func:`free_bytes` is the one answer to "how much memory is free" (a GPU's free memory; on a CPU ``MemAvailable``
+within the process's cgroup limit and its address-space limit); :func:`format_bytes` the one way to write a size.
+A budget is a number of bytes named ``memory_budget`` wherever it appears (:attr:`pseudosl.Circuit.memory_budget`,
+``CausalLMEngine(memory_budget=)``), checked by :func:`check_budget`; a number of rows per model call is named
+``chunk_size``.
+
+A pass without autograd runs in chunks of at most :attr:`pseudosl.Circuit.memory_budget` bytes (:func:`chunks`).
 What cannot be chunked (a differentiable pass, a query's result) is compared with the memory free on its
 device before anything is allocated (:func:`check_fits`): a request that cannot fit, or whose result no
 tensor could hold (more than ``2**63 - 1`` values), is a ``MemoryError`` naming its size and the fix.
@@ -14,13 +21,14 @@ not fit (``sample``'s ``(S, B, n)``), is refused before anything is allocated.
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import torch
 
-from .logic.errors import check_int
+from .logic.checks import check_int
 
-__all__ = ["MAX_ELEMENTS", "Chunks", "chunks", "chunk_limit", "check_chunk_bytes", "check_fits", "free_bytes",
+__all__ = ["MAX_ELEMENTS", "Chunks", "chunks", "chunk_limit", "check_budget", "check_fits", "free_bytes", "format_bytes",
            "PassPlanner", "result_dtype", "itemsize", "release_freed_cpu_memory"]
 
 MAX_ELEMENTS = 2**63 - 1
@@ -57,14 +65,15 @@ def chunks(total: int, bytes_each: int, budget: int) -> Chunks:
     return Chunks(total, max(total, 1) if bytes_each <= 0 else max(1, budget // bytes_each))
 
 
-def check_chunk_bytes(value: object) -> int | None:
-    """``value`` as a valid :attr:`pseudosl.Circuit.chunk_bytes`: an int number of bytes >= 1, or None."""
+def check_budget(value: object, where: str = "memory_budget", default: str = "") -> int | None:
+    """``value`` as a ``memory_budget``: an int number of bytes >= 1, or None (the default, which ``default`` says);
+    a float (``1e6``), a string (``"64MB"``) or 0 is refused naming ``where`` (how it was set)."""
     if value is None:
         return None
-    fix = (" (Circuit.chunk_bytes is a number of bytes, or None for the default: 64 MiB on a CPU, 2 GiB on other "
-           "devices); write an int, e.g. circuit.chunk_bytes = 64 * 2**20")
+    fix = (f" ({where} is a number of bytes, or None for the default{': ' + default if default else ''}); write an "
+           f"int, e.g. {where} = 64 * 2**20")
     try:
-        return check_int("chunk_bytes", value, 1, fix)
+        return check_int("memory_budget", value, 1, fix)
     except TypeError as e:
         raise TypeError(f"{e}{fix}") from None
 
@@ -80,14 +89,15 @@ def check_fits(what: str, need: int, device: torch.device, fix: str, *, detail: 
                           f"(2**63 - 1): {fix}")
     free = free_bytes(device)
     if free is not None and need > free:
-        raise MemoryError(f"{what} needs about {_gib(need)} GiB{detail}, more than the {_gib(free)} GiB free on "
-                          f"{device}: {fix}")
+        raise MemoryError(f"{what} needs about {format_bytes(need)}{detail}, more than the {format_bytes(free)} free "
+                          f"on {device}: {fix}")
 
 
-def chunk_limit(chunk_bytes: int | None, device: torch.device) -> int:
-    """The bytes of one chunk: ``chunk_bytes``, or by default 64 MiB on a CPU and 2 GiB on other devices."""
-    if chunk_bytes is not None:
-        return chunk_bytes
+def chunk_limit(memory_budget: int | None, device: torch.device) -> int:
+    """The bytes of one chunk of a circuit pass: ``memory_budget``, or by default 64 MiB on a CPU and 2 GiB on other
+    devices."""
+    if memory_budget is not None:
+        return memory_budget
     return 1 << 26 if device.type == "cpu" else 1 << 31
 
 
@@ -121,7 +131,7 @@ class PassPlanner:
         check_fits(
             f"log_prob of a batch of {x.shape[0]} rows with gradients", need, x.device,
             f"pass smaller batches, or evaluate without gradients (under torch.no_grad() the batch runs in chunks "
-            f"of circuit.chunk_bytes = {budget} bytes)",
+            f"of circuit.memory_budget = {budget} bytes)",
             detail=f" ({self.pass_slots} node and term values plus {self.kept_slots} kept weights per row, "
                    f"{need // x.shape[0]} bytes)")
 
@@ -136,37 +146,71 @@ class PassPlanner:
                    f"rows", elements=values)
 
 
-def _gib(n: int) -> str:
-    g = n / 2**30
-    return f"{g:.1f}" if g < 1e6 else f"{g:.3g}"
+def format_bytes(n: float) -> str:
+    """A size as people read it: ``1536`` -> ``'1.5 KiB'``, ``3 * 2**30`` -> ``'3.0 GiB'``; beyond 1024 PiB in
+    EiB with three significant digits (``'8.67e+11 EiB'``)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} EiB" if n < 1e3 else f"{n:.3g} EiB"
 
 
-def free_bytes(device: torch.device) -> int | None:
-    """Memory free for tensors on ``device`` (None where unknown: meta, other accelerators)."""
+def free_bytes(device: torch.device | str) -> int | None:
+    """The memory free for new tensors on ``device`` (None where unknown: meta, other accelerators): a GPU's free
+    memory; on a CPU (Linux) ``MemAvailable``, within this process's cgroup (v2) limit and its address-space limit
+    (``ulimit -v``), or the physical memory where ``/proc/meminfo`` is missing."""
+    device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    if device.type == "cpu":  # Linux; elsewhere unknown
-        try:
-            with open("/proc/meminfo") as f:
-                free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-        except (OSError, StopIteration, ValueError, IndexError):
+    if device.type != "cpu":
+        return None
+    available = _meminfo_available()
+    found = [b for b in (available if available is not None else _physical_memory(), _cgroup_room(),
+                         _address_space_left()) if b is not None]
+    return min(found) if found else None
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def _cgroup_room() -> int | None:
+    """The memory left under this process's cgroup (v2) limit, ``None`` without one."""
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit == "max":
             return None
-        return min(free, _address_space_left())
-    return None
+        with open("/sys/fs/cgroup/memory.current") as f:
+            return max(0, int(limit) - int(f.read()))
+    except (OSError, ValueError):
+        return None
 
 
-def _address_space_left() -> int:
-    """What this process may still map under its address-space limit (``ulimit -v``); unlimited: a huge number."""
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _address_space_left() -> int | None:
+    """What this process may still map under its address-space limit (``ulimit -v``); ``None`` when unlimited."""
     try:
         import resource
         limit = resource.getrlimit(resource.RLIMIT_AS)[0]
         if limit == resource.RLIM_INFINITY:
-            return 1 << 62
+            return None
         with open("/proc/self/statm") as f:
             used = int(f.read().split()[0]) * resource.getpagesize()
         return max(0, limit - used)
     except (ImportError, OSError, ValueError, IndexError):
-        return 1 << 62
+        return None
 
 
 _LIBC: object = None

@@ -13,6 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oracle
+import pseudosl.memory
+from oracle import log_prob_reference
 from tolerances import ATOL32, ATOL64
 from pseudosl import Circuit, CircuitBuilder
 from random_circuits import LargeAllocations, random_circuit
@@ -41,7 +43,7 @@ def test_random_circuits_match_enumeration(seed, n, k, roots):
 def test_reference_evaluation_agrees_and_double_backward(seed, n, k):
     circuit, _ = random_circuit(seed, n, k, 2)
     x = torch.randn(2, n, k, dtype=torch.float64).log_softmax(-1).requires_grad_()
-    fast, ref = circuit(x), circuit.log_prob_reference(x)
+    fast, ref = circuit(x), log_prob_reference(circuit, x)
     assert torch.allclose(fast, ref, atol=ATOL64) or torch.equal(torch.isinf(fast), torch.isinf(ref))
     finite = torch.isfinite(ref)
     g, = torch.autograd.grad(ref.masked_fill(~finite, 0).sum(), x, create_graph=True)
@@ -231,21 +233,21 @@ def test_log1mexp_of_subnormal_inputs():
 
 
 def test_huge_batch_runs_in_chunks_without_gradients():
-    """4e8 rows on the meta device (no memory): without autograd no intermediate exceeds chunk_bytes."""
+    """4e8 rows on the meta device (no memory): without autograd no intermediate exceeds memory_budget."""
     circuit, _ = random_circuit(31, 3, 2, 2)
     circuit = circuit.to("meta")
-    circuit.chunk_bytes = 1 << 26
+    circuit.memory_budget = 1 << 26
     rows = 400_000_000
     for x in (torch.empty(rows, 3, device="meta"), torch.empty(rows, 3, 2, device="meta")):
-        with torch.no_grad(), LargeAllocations(circuit.chunk_bytes) as seen:
+        with torch.no_grad(), LargeAllocations(circuit.memory_budget) as seen:
             out = circuit.log_prob(x)
         assert out.shape == (rows, 2)
         assert all(shape == (rows, 2) for _, shape in seen.large), seen.large  # the result only
     small = random_circuit(31, 3, 2, 2)[0].double()
     x = torch.randn(300, 3, 2, dtype=torch.float64).log_softmax(-1)
     whole = small.log_prob(x)
-    small.chunk_bytes = 1000  # a few rows per chunk
-    assert len(small._chunks(300, small._row_bytes(x, keep=False), x.device)) > 10
+    small.memory_budget = 1000  # a few rows per chunk
+    assert len(pseudosl.memory.chunks(300, small._memory.row_bytes(x, keep=False), small.memory_budget)) > 10
     assert torch.equal(small.log_prob(x), whole)
 
 
@@ -258,7 +260,7 @@ def test_huge_batch_with_gradients_is_refused_by_name(monkeypatch):
                                           r"more than the 4.0 GiB free on meta: pass smaller batches.*torch.no_grad"):
         Circuit(circuit.dag).to("meta").log_prob(x)
     cpu = torch.zeros(64, 3, 2, requires_grad=True)
-    circuit.chunk_bytes = 1
+    circuit.memory_budget = 1
     monkeypatch.setattr(pseudosl.memory, "free_bytes", lambda device: 1000)
     with pytest.raises(MemoryError, match="rows with gradients"):
         circuit.log_prob(cpu)
@@ -277,7 +279,7 @@ def test_huge_batch_without_gradients_is_refused_when_its_result_does_not_fit(mo
     import pseudosl.memory
     circuit, _ = random_circuit(31, 3, 2, 2)
     circuit = circuit.to("meta")
-    circuit.chunk_bytes = 1 << 26
+    circuit.memory_budget = 1 << 26
     x = torch.empty(400_000_000, 3, 2, device="meta")
     monkeypatch.setattr(pseudosl.memory, "free_bytes", lambda device: 1 << 30)
     with torch.no_grad(), pytest.raises(MemoryError, match=r"batch of 400000000 rows needs about 3\.0 GiB for its "

@@ -2,7 +2,7 @@
 
 Sizes that can explode (samples per example, batch x samples) are checked before any work: a result that
 cannot fit (``(S, B, n)`` itself) is a ``MemoryError`` naming its size, a legitimate large request runs in
-chunks of ``chunk_bytes`` into one result.  ``chunk_bytes`` is checked when assigned; a sparse, nested,
+chunks of ``memory_budget`` into one result.  ``memory_budget`` is checked when assigned; a sparse, nested,
 integer or misplaced input is refused by name.
 """
 
@@ -39,11 +39,11 @@ def test_a_sample_whose_result_cannot_fit_is_refused_before_any_work(monkeypatch
 
 
 def test_many_samples_run_in_chunks_into_one_result():
-    """2**31 samples on the meta device (no memory): no intermediate exceeds chunk_bytes, the result is whole."""
+    """2**31 samples on the meta device (no memory): no intermediate exceeds memory_budget, the result is whole."""
     circuit = random_circuit(31, 3, 2)[0].to("meta")
-    circuit.chunk_bytes = 1 << 32  # 4 GiB: 72 chunks (the results take 16 and 96 GiB)
+    circuit.memory_budget = 1 << 32  # 4 GiB: 72 chunks (the results take 16 and 96 GiB)
     x = torch.empty(2, 3, 2, device="meta")
-    with LargeAllocations(circuit.chunk_bytes) as seen:
+    with LargeAllocations(circuit.memory_budget) as seen:
         s = circuit.sample(x, 2**31)
     assert s.values.shape == (2**31, 2, 3) and s.log_prob.shape == (2**31, 2)
     assert sorted(shape for _, shape in seen.large) == [(2**31, 2), (2**31, 2, 3)], seen.large  # the results only
@@ -52,21 +52,21 @@ def test_many_samples_run_in_chunks_into_one_result():
 @pytest.mark.parametrize("num_samples", [2**31, 10**18])
 def test_many_samples_of_an_empty_batch_are_one_empty_chunk(num_samples):
     circuit, _ = random_circuit(31, 3, 2)
-    circuit.chunk_bytes = 1  # one sample per chunk, were the samples of an empty batch to cost anything
+    circuit.memory_budget = 1  # one sample per chunk, were the samples of an empty batch to cost anything
     with LargeAllocations(1024) as seen:
         s = circuit.sample(torch.zeros(0, 3), num_samples)
     assert s.values.shape == (num_samples, 0, 3) and s.log_prob.shape == (num_samples, 0) and seen.large == []
 
 
-@pytest.mark.parametrize("chunk_bytes", [1, 700, 2000])
-def test_chunked_samples_mpe_and_marginals_equal_one_pass(chunk_bytes):
+@pytest.mark.parametrize("memory_budget", [1, 700, 2000])
+def test_chunked_samples_mpe_and_marginals_equal_one_pass(memory_budget):
     """Filling one preallocated result chunk by chunk: the same as one pass (samples: the same distribution)."""
     circuit, _ = random_circuit(4, 4, 3)  # 33 nodes, satisfiable
     x = torch.randn(7, 4, 3, dtype=torch.float64).log_softmax(-1)
     assert torch.isfinite(circuit.log_prob(x)).all()
     whole = Circuit(circuit.dag)
-    circuit.chunk_bytes = chunk_bytes
-    assert len(circuit._chunks(7, circuit._row_bytes(x, keep=True), x.device)) > 1
+    circuit.memory_budget = memory_budget
+    assert len(circuit.condition(x).chunks) > 1
     assert torch.equal(circuit.mpe(x).values, whole.mpe(x).values)
     torch.testing.assert_close(circuit.mpe(x).log_prob, whole.mpe(x).log_prob, atol=ATOL64, rtol=0)
     torch.testing.assert_close(circuit.marginals(x), whole.marginals(x), atol=ATOL64, rtol=0)
@@ -79,7 +79,7 @@ def test_chunked_samples_mpe_and_marginals_equal_one_pass(chunk_bytes):
 @pytest.mark.parametrize("query", ["mpe", "marginals"])
 def test_mpe_and_marginals_of_a_batch_whose_result_cannot_fit(monkeypatch, query):
     circuit = random_circuit(31, 3, 2)[0].to("meta")
-    circuit.chunk_bytes = 1 << 26
+    circuit.memory_budget = 1 << 26
     x = torch.empty(300_000_000, 3, 2, device="meta")
     monkeypatch.setattr(pseudosl.memory, "free_bytes", lambda device: 1 << 30)
     with pytest.raises(MemoryError, match=rf"{query} of a batch of 300000000 rows needs about \d+\.\d GiB for its "
@@ -101,30 +101,30 @@ def test_chunks_are_made_when_indexed(total, step):
         assert [c.stop - c.start for c in chunks] == [min(step, total - i) for i in range(0, max(total, 1), step)]
 
 
-# -- chunk_bytes, sparse, integer and misplaced inputs ----------------------------------------------------------
+# -- memory_budget, sparse, integer and misplaced inputs ----------------------------------------------------------
 @pytest.mark.parametrize("bad", [1e6, "64MB", 2.5, True, None.__class__, [64]])
-def test_chunk_bytes_of_the_wrong_type_is_refused_when_assigned(bad):
+def test_memory_budget_of_the_wrong_type_is_refused_when_assigned(bad):
     circuit, _ = random_circuit(1, 2, 2)
-    with pytest.raises(TypeError, match=r"chunk_bytes must be an int, got .* write an int, e\.g\. circuit\.chunk_bytes "
-                                        r"= 64 \* 2\*\*20"):
-        circuit.chunk_bytes = bad
-    assert circuit.chunk_bytes is None  # unchanged
+    with pytest.raises(TypeError, match=r"memory_budget must be an int, got .* write an int, e\.g\. "
+                                        r"circuit\.memory_budget = 64 \* 2\*\*20"):
+        circuit.memory_budget = bad
+    assert circuit.memory_budget is None  # unchanged
 
 
 @pytest.mark.parametrize("bad", [0, -1, -(2**40)])
-def test_chunk_bytes_below_one_is_refused_when_assigned(bad):
+def test_memory_budget_below_one_is_refused_when_assigned(bad):
     circuit, _ = random_circuit(1, 2, 2)
-    with pytest.raises(ValueError, match=rf"chunk_bytes must be >= 1, got {bad} \(Circuit\.chunk_bytes is a number "
-                                         r"of bytes, or None"):
-        circuit.chunk_bytes = bad
+    with pytest.raises(ValueError, match=rf"memory_budget must be >= 1, got {bad} \(circuit\.memory_budget is a "
+                                         r"number of bytes, or None for the default: 64 MiB on a CPU"):
+        circuit.memory_budget = bad
 
 
 @pytest.mark.parametrize("good", [1, 4096, np.int64(1 << 20), None])
-def test_chunk_bytes_takes_ints_and_none(good):
+def test_memory_budget_takes_ints_and_none(good):
     circuit, _ = random_circuit(1, 2, 2)
-    circuit.chunk_bytes = good
-    assert circuit.chunk_bytes == (None if good is None else int(good))
-    assert circuit.chunk_bytes is None or type(circuit.chunk_bytes) is int
+    circuit.memory_budget = good
+    assert circuit.memory_budget == (None if good is None else int(good))
+    assert circuit.memory_budget is None or type(circuit.memory_budget) is int
     x = torch.randn(5, 2, 2).log_softmax(-1)
     torch.testing.assert_close(circuit.log_prob(x), Circuit(circuit.dag).log_prob(x))
 

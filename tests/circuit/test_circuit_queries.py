@@ -15,11 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oracle
+import pseudosl.memory
 from assertions import (assert_queries_match_oracle, assert_samples_match_oracle, random_log_weights,
                     sample_fit)
 from tolerances import ATOL64, ATOL32_FEW_OPS, P_VALUE_MIN
 from pseudosl import Circuit, CircuitBuilder, compile_automaton, compile_cnf, constraints
-from pseudosl.logic.automaton import forbidden_words_dfa
+from pseudosl.logic.automaton import forbidden_sequences_dfa
 from pseudosl.logic.dag import FALSE
 from automata import dfas, simulate
 from random_circuits import random_allowed, random_circuit
@@ -72,7 +73,7 @@ def builder_cases():
     yield ("all_different 3 of 5 values", constraints.compile_all_different(3, 5, [[0, 1, 2]]),
            [lambda y: len(set(y)) == 3])
     words = [[1, 2], [0, 0, 0]]
-    yield ("forbidden_words_dfa", compile_automaton(forbidden_words_dfa(words, 3), 5, cache=False),
+    yield ("forbidden_sequences_dfa", compile_automaton(forbidden_sequences_dfa(words, 3), 5, cache=False),
            [lambda y: not any(tuple(y[i:i + len(w)]) == tuple(w) for w in words for i in range(6 - len(w)))])
 
 
@@ -170,8 +171,8 @@ def test_many_samples_per_example_and_chunks():
     x = random_log_weights(1, 3, 4, 4, normalised=True)
     whole = circuit.sample(x, 1000, generator=torch.Generator().manual_seed(0))
     assert whole.values.shape == (1000, 3, 4)
-    circuit.chunk_bytes = 4096  # a few samples and rows per chunk
-    assert len(circuit._chunks(1000, 3 * circuit._row_bytes(x, keep=False), x.device)) > 10
+    circuit.memory_budget = 4096  # a few samples and rows per chunk
+    assert len(pseudosl.memory.chunks(1000, 3 * circuit._memory.row_bytes(x, keep=False), circuit.memory_budget)) > 10
     chunked = circuit.sample(x, 1000, generator=torch.Generator().manual_seed(0))
     again = circuit.sample(x, 1000, generator=torch.Generator().manual_seed(0))
     assert torch.equal(chunked.values, again.values)  # reproducible for a given chunk size
@@ -264,3 +265,67 @@ def test_shapes_empty_batches_and_half_precision():
     with torch.enable_grad():
         xg = x.clone().requires_grad_()
         assert not circuit.marginals(xg).requires_grad and not circuit.sample(xg).log_prob.requires_grad
+
+
+# -- the conditioned distribution: circuit.condition(x, allowed, root) -----------------------------------------------
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 4), k=st.integers(2, 3), roots=st.integers(1, 3),
+       with_allowed=st.booleans(), budget=st.sampled_from([None, 1, 600]))
+@settings(max_examples=40, deadline=None)
+def test_condition_answers_every_query_of_one_root_as_brute_force(seed, n, k, roots, with_allowed, budget):
+    """``condition(x, allowed, r)``: ``log_partition``, ``mpe()``, ``marginals`` and ``sample(S)`` of root ``r`` vs
+    enumeration (float64), whatever the chunks (``memory_budget`` of 1 byte: one row per chunk)."""
+    circuit, preds = random_circuit(seed, n, k, roots)
+    circuit.memory_budget = budget
+    x = random_log_weights(seed, 5, n, k, normalised=seed % 2 == 0)
+    allowed = random_allowed(seed, 5, n, k) if with_allowed else None
+    xa = x if allowed is None else x.masked_fill(~allowed, float("-inf"))
+    r = seed % roots
+    truth = oracle.truth_of(preds[r], n, k)
+    q = circuit.condition(x, allowed, r)
+    want_z = oracle.log_wmc(truth, xa)
+    unsat = torch.isneginf(want_z)
+    assert torch.equal(torch.isneginf(q.log_partition), unsat)
+    torch.testing.assert_close(q.log_partition[~unsat], want_z[~unsat], atol=ATOL64, rtol=0)
+    best = q.mpe()
+    torch.testing.assert_close(best.log_prob, oracle.max_log_weight(truth, xa), atol=ATOL64, rtol=0)
+    assert (best.values[unsat] == -1).all()
+    sat = ~unsat
+    idx = oracle.assignment_index(best.values[sat], k)
+    assert torch.as_tensor(truth)[idx].all()
+    torch.testing.assert_close(q.marginals, oracle.marginals(truth, xa), atol=ATOL64, rtol=0)
+    s = q.sample(50, generator=torch.Generator().manual_seed(seed))
+    assert s.values.shape == (50, 5, n) and (s.values[:, unsat] == -1).all()
+    assert torch.as_tensor(truth)[oracle.assignment_index(s.values[:, sat].reshape(-1, n), k)].all()
+    torch.testing.assert_close(s.log_partition, q.log_partition, atol=ATOL64, rtol=0)
+
+
+def test_the_one_call_queries_are_the_conditioned_ones_and_the_batch_is_cut_once(monkeypatch):
+    circuit, _ = random_circuit(7, 4, 3, 2)
+    circuit.memory_budget = 900  # a few rows per chunk
+    x = random_log_weights(3, 9, 4, 3, normalised=True)
+    allowed = random_allowed(3, 9, 4, 3)
+    q = circuit.condition(x, allowed, 1)
+    assert len(q.chunks) > 2
+    cuts = []
+    real = pseudosl.memory.chunks
+    monkeypatch.setattr(pseudosl.memory, "chunks", lambda total, *a: cuts.append(total) or real(total, *a))
+    best, marg = q.mpe(), q.marginals
+    draws = q.sample(4, generator=torch.Generator().manual_seed(0))
+    assert 9 not in cuts  # the batch is not cut again (only the samples are, per chunk of rows)
+    monkeypatch.undo()
+    assert torch.equal(best.values, circuit.mpe(x, allowed, root=1).values)
+    assert torch.equal(marg, circuit.marginals(x, allowed, root=1))
+    again = circuit.sample(x, 4, allowed=allowed, root=1, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(draws.values, again.values) and torch.equal(draws.log_prob, again.log_prob)
+    assert torch.equal(q.log_partition, circuit.log_prob(x, allowed)[:, 1])
+    with pytest.raises(ValueError, match=r"2 roots: pass root=r \(0 <= r < 2\) to choose the constraint"):
+        circuit.condition(x)
+
+
+def test_log_partition_is_differentiable_and_its_gradient_is_the_marginals():
+    circuit, _ = random_circuit(11, 3, 3)
+    x = random_log_weights(5, 4, 3, 3, normalised=False).requires_grad_()
+    q = circuit.condition(x)
+    (g,) = torch.autograd.grad(q.log_partition.sum(), x)
+    finite = torch.isfinite(q.log_partition.detach())
+    torch.testing.assert_close(g[finite], q.marginals[finite], atol=ATOL64, rtol=0)

@@ -22,8 +22,8 @@ from pseudosl.logic.dag import FALSE
 from pseudosl.logic.formula import variables
 from pseudosl.psl import RecurrentDecoder
 from pseudosl.tokens.constraint import ValueMap
-from pseudosl.logic.errors import CircuitFormatError, SizeLimitError, check_int
-from pseudosl.psl.sampling import check_count
+from pseudosl.logic.errors import CircuitFormatError, SizeLimitError
+from pseudosl.logic.checks import check_int
 
 N, K = 3, 3
 
@@ -153,20 +153,21 @@ def test_other_int_arguments_refuse_non_ints(argument, bad):
         call(bad)
 
 
-@given(st.one_of(st.integers(), NOT_INTS), st.integers(-3, 3))
-def test_check_int_is_the_one_strict_check(value, low):
-    """``check_int`` and what delegates to it (``check_count``) agree on every value: ints ``>= low`` pass
-    unchanged, smaller ints are a ValueError, everything else a TypeError."""
-    for check in (lambda v: check_int("x", v, low), lambda v: check_count("x", v, low)):
-        if isinstance(value, int) and not isinstance(value, bool):
-            if value >= low:
-                assert check(value) == value and type(check(value)) is int
-            else:
-                with pytest.raises(ValueError, match=f"x must be >= {low}, got {value}"):
-                    check(value)
+@given(st.one_of(st.integers(), NOT_INTS), st.integers(-3, 3), st.integers(3, 9))
+def test_check_int_is_the_one_strict_check(value, low, high):
+    """``check_int`` on every value: ints in ``low .. high`` pass unchanged, other ints are a ValueError naming the
+    bound, everything else a TypeError."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if low <= value <= high:
+            out = check_int("x", value, low, high=high)
+            assert out == value and type(out) is int
         else:
-            with pytest.raises(TypeError, match="x must be an int, got "):
-                check(value)
+            match = f"x must be >= {low}, got {value}" if value < low else f"x must be <= {high}, got {value:,}"
+            with pytest.raises(ValueError, match=match):
+                check_int("x", value, low, high=high)
+    else:
+        with pytest.raises(TypeError, match="x must be an int, got "):
+            check_int("x", value, low, high=high)
 
 
 def test_builder_node_limit():

@@ -451,7 +451,7 @@ def test_data_sets_that_cannot_fit_in_memory_are_refused_by_size(tmp_path, capsy
     gib = 1 << 30
     big = SudokuConfig(n_train=3_000_000, size=9, models=["convnet"], seeds=[0])  # 9.1 GiB to make, 3.7 held
     for available, fits in ((16 * gib, True), (8 * gib, False)):
-        monkeypatch.setattr(config, "available_memory", lambda: available)
+        monkeypatch.setattr(config, "free_bytes", lambda device: available)
         if fits:
             big.preflight()
         else:
@@ -459,14 +459,14 @@ def test_data_sets_that_cannot_fit_in_memory_are_refused_by_size(tmp_path, capsy
                                                   r"about 9\.1 GiB of memory, but this machine has 8\.0 GiB available"):
                 big.preflight()
     two = SudokuConfig(n_train=3_000_000, size=9, models=["convnet"], seeds=[0, 1], jobs=2)
-    monkeypatch.setattr(config, "available_memory", lambda: 16 * gib)
+    monkeypatch.setattr(config, "free_bytes", lambda device: 16 * gib)
     with pytest.raises(ConfigError, match="then held by 2 worker processes too"):  # 9.1 + 2 x 3.7 GiB
         two.preflight()
-    monkeypatch.setattr(config, "available_memory", lambda: 20 * gib)
+    monkeypatch.setattr(config, "free_bytes", lambda device: 20 * gib)
     two.preflight()
     maps = WarcraftConfig(n_train=1_000_000, grid=12)  # 80.6 GiB to make
     for available, fits in ((128 * gib, True), (64 * gib, False)):
-        monkeypatch.setattr(config, "available_memory", lambda: available)
+        monkeypatch.setattr(config, "free_bytes", lambda device: available)
         if fits:
             maps.preflight()
         else:

@@ -102,3 +102,16 @@ def resampling_output(q: Tensor, log_p: Tensor, k: int) -> Tensor:
     out = torch.zeros_like(q)
     out[support] = k * qs * ws * (probs[None, :] / (ws[:, None] + sums[None, :])).sum(1)
     return out
+
+
+def log_prob_reference(circuit, x: Tensor) -> Tensor:
+    """``circuit.log_prob(x)`` through plain differentiable torch ops
+    (:func:`pseudosl.semirings.evaluate_differentiable`), not the circuit's hand-written backward: a cross-check of
+    its values and of derivatives of every order.  ``(B,)``, or ``(B, R)`` for ``R`` roots."""
+    from pseudosl import semirings
+
+    x = circuit.categorical_input(x)
+    if x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()
+    out = semirings.evaluate_differentiable(circuit._leaves(x), circuit._meta, circuit._indices(), circuit.root_rows).t()
+    return out[:, 0] if circuit.n_roots == 1 else out

@@ -121,22 +121,22 @@ def test_transition_and_word_errors():
         compile_automaton(forbidden_sequences_dfa([[0]], 2), 0, cache=False)
 
 
-def test_the_old_compile_no_forbidden_words_warns_and_names_its_replacement():
-    from pseudosl.compile import no_forbidden_words
+def test_the_removed_shims_are_gone_and_the_changelog_names_their_replacements():
+    """The deprecation shims of 0.1.0 were removed (pre-1.0); CHANGELOG.md says what replaced each."""
+    import importlib
+    from pathlib import Path
 
-    with pytest.warns(DeprecationWarning, match="use pseudosl.no_forbidden_sequences"):
-        old = no_forbidden_words([[0, 1]], 4, 3, cache=False)
-    new = compile_automaton(forbidden_sequences_dfa([[0, 1]], 3), 4, cache=False)
-    x = random_log_weights(0, 2, 4, 3, normalised=True)
-    torch.testing.assert_close(old.log_prob(x), new.log_prob(x), atol=ATOL64, rtol=0)
-
-
-@pytest.mark.parametrize("old, new", [("forbidden_words_dfa", "forbidden_sequences_dfa"),
-                                      ("forbidden_words_sparse_dfa", "forbidden_sequences_sparse_dfa")])
-def test_the_old_forbidden_words_automata_names_warn_and_build_the_same_automaton(old, new):
+    import pseudosl.compile
     import pseudosl.logic.automaton as automaton
 
-    with pytest.warns(DeprecationWarning, match=f"use pseudosl.logic.automaton.{new} "):
-        got = getattr(automaton, old)([[0, 1], [2]], 4)
-    want = getattr(automaton, new)([[0, 1], [2]], 4)
-    assert got.key() == want.key()
+    assert not hasattr(pseudosl.compile, "no_forbidden_words")
+    assert not hasattr(automaton, "forbidden_words_dfa") and not hasattr(automaton, "forbidden_words_sparse_dfa")
+    for module in ("inputs", "_validation"):  # (not spelled pseudosl.<name>: test_public_api reads that as a use)
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"pseudosl.{module}")
+    changelog = (Path(__file__).resolve().parents[2] / "CHANGELOG.md").read_text()
+    for old, new in [("pseudosl.compile.no_forbidden_words", "pseudosl.no_forbidden_sequences"),
+                     ("forbidden_words_dfa", "forbidden_sequences_dfa"),
+                     ("forbidden_words_sparse_dfa", "forbidden_sequences_sparse_dfa"),
+                     (".inputs`", "checks"), ("._validation`", "checks")]:
+        assert old in changelog and new in changelog, old

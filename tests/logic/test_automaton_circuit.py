@@ -14,7 +14,7 @@ import pytest
 import oracle
 from assertions import assert_matches_oracle, assert_queries_match_oracle, assert_samples_match_oracle, random_log_weights
 from pseudosl import Circuit, compile_automaton
-from pseudosl.logic.automaton import DFA, SparseDFA, forbidden_words_dfa, forbidden_words_sparse_dfa
+from pseudosl.logic.automaton import DFA, SparseDFA, forbidden_sequences_dfa, forbidden_sequences_sparse_dfa
 from pseudosl.logic.automaton_circuit import automaton_dag, automaton_edges
 from pseudosl.logic.errors import SizeLimitError
 from random_circuits import random_allowed
@@ -36,7 +36,7 @@ def random_words_dfa(seed: int) -> SparseDFA:
     rng = np.random.default_rng(seed)
     k = int(rng.integers(2, 5))
     words = [rng.integers(0, k, size=int(rng.integers(1, 4))).tolist() for _ in range(int(rng.integers(1, 5)))]
-    return forbidden_words_sparse_dfa(words, k)
+    return forbidden_sequences_sparse_dfa(words, k)
 
 
 def cases(n_seeds: int) -> list:
@@ -84,8 +84,8 @@ def test_words_automaton_is_sparse_and_its_circuit_grows_with_its_exceptions():
     rng = np.random.default_rng(0)
     k = 400
     words = [rng.integers(0, k - 1, size=int(rng.integers(1, 4))).tolist() for _ in range(150)]
-    sparse = forbidden_words_sparse_dfa(words, k)
-    dense = forbidden_words_dfa(words, k)
+    sparse = forbidden_sequences_sparse_dfa(words, k)
+    dense = forbidden_sequences_dfa(words, k)
     assert np.array_equal(sparse.to_dense().delta, dense.delta) and sparse.accepting == dense.accepting
     assert sparse.n_exceptions < 3 * sparse.n_states  # against n_states * k = 400 per state in a table
     n = 8
@@ -101,10 +101,10 @@ def test_words_automaton_is_sparse_and_its_circuit_grows_with_its_exceptions():
 
 def test_a_large_vocabulary_needs_no_table():
     words, k = [[0, 1], [5, 5]], 30_000  # 5 trie states: a table would hold 150,000 entries, the default rows 60,000
-    sparse = forbidden_words_sparse_dfa(words, n_values=k, max_edges=100_000)
+    sparse = forbidden_sequences_sparse_dfa(words, n_values=k, max_edges=100_000)
     assert sparse.n_exceptions <= 2 and sparse.accepts([0, 0, 5, 1]) and not sparse.accepts([2, 5, 5])
     with pytest.raises(SizeLimitError, match="transition table .* above max_edges=100,000"):
-        forbidden_words_dfa(words, n_values=k, max_edges=100_000)
+        forbidden_sequences_dfa(words, n_values=k, max_edges=100_000)
     assert automaton_dag(sparse, 3).n_edges < 3 * 4 * k
 
 
@@ -119,7 +119,7 @@ def test_dead_and_unreachable_states_add_nothing():
 
 
 def test_refusals_name_the_argument():
-    dfa = forbidden_words_sparse_dfa([[0, 1]], 3)
+    dfa = forbidden_sequences_sparse_dfa([[0, 1]], 3)
     with pytest.raises(SizeLimitError, match=r"3 values, 1 exceptions\) over 6 positions .*above max_edges=10"):
         automaton_dag(dfa, 6, max_edges=10)
     with pytest.raises(TypeError, match="DFA or SparseDFA, got list"):
@@ -129,4 +129,4 @@ def test_refusals_name_the_argument():
     with pytest.raises(ValueError, match="fanout must be >= 2"):
         automaton_dag(dfa, 3, fanout=1)
     with pytest.raises(SizeLimitError, match="default rows .* above max_edges=100 .*catch-all"):
-        forbidden_words_sparse_dfa([[0, 1]], 1000, max_edges=100)
+        forbidden_sequences_sparse_dfa([[0, 1]], 1000, max_edges=100)

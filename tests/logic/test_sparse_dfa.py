@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pseudosl.logic.automaton import DFA, SparseDFA, forbidden_words_dfa
+from pseudosl.logic.automaton import DFA, SparseDFA, forbidden_sequences_dfa
 
 
 def _random_dfa(rng: np.random.Generator) -> DFA:
@@ -46,7 +46,7 @@ def test_sparse_dfa_steps_and_live_states_match_the_dense_table(seed, several_ro
 
 
 def test_aho_corasick_rows_mostly_agree():
-    dfa = forbidden_words_dfa([[0, 1], [2], [1, 1, 3]], n_values=5)
+    dfa = forbidden_sequences_dfa([[0, 1], [2], [1, 1, 3]], n_values=5)
     sparse = SparseDFA.from_dense(dfa)
     assert sparse.n_exceptions < dfa.n_states * dfa.n_values // 2
     assert sparse.live_states().tolist() == [True] * (dfa.n_states - 1) + [False]  # only the dead state is dead
@@ -75,10 +75,37 @@ def test_automaton_constraint_window_and_streaming_check_agree_with_the_words():
     from pseudosl.tokens import AutomatonConstraint
 
     tokens = [3, 4, 5]  # values 0, 1, 2; every other token of 8 is value 3
-    dfa = SparseDFA.from_dense(forbidden_words_dfa([[0, 1], [2]], n_values=4))
+    dfa = SparseDFA.from_dense(forbidden_sequences_dfa([[0, 1], [2]], n_values=4))
     c = AutomatonConstraint(dfa, ValueMap(tokens, vocab_size=8))
     rows = torch.tensor([[1, 3, 4, 2], [1, 4, 3, 2], [0, 0, 5, 0], [3, 3, 3, 3]])
     assert c.satisfied(rows).tolist() == [False, True, False, True]
     assert c.window(4, cache=False).satisfied(rows).tolist() == [False, True, False, True]
     with pytest.raises(ValueError, match="value map gives 4 values but the automaton reads 3"):
         AutomatonConstraint(SparseDFA(1, 3, 0, {0}, [0, 0, 0], []), ValueMap(tokens, vocab_size=8))
+
+
+@pytest.mark.parametrize("default, match", [
+    ([[0, 1, 1], [1, 0]], "default must be a rectangular array; got rows of different lengths"),
+    ([[0], [1, 1, 0]], "default must be a rectangular array"),
+    ([[0, 1, 0], [1, 0]], "default must be a rectangular array")])
+def test_a_ragged_default_is_refused_by_name(default, match):
+    with pytest.raises(ValueError, match=match):
+        SparseDFA(2, 3, 0, {0}, default=default, exceptions=[])
+
+
+@pytest.mark.parametrize("n_states", [2**31, 3 * 10**11, 10**25])
+def test_an_absurd_number_of_states_is_refused_before_anything_is_allocated(n_states):
+    with pytest.raises(ValueError, match=rf"n_states must be <= 2,147,483,647, got {n_states:,} \(the states"):
+        SparseDFA(n_states, 2, 0, {0}, default=[0, 0], exceptions=[])
+    with pytest.raises(ValueError, match="n_states must be <= 2,147,483,647"):
+        DFA.from_transitions(n_states, 2, 0, {0}, [])
+
+
+@pytest.mark.parametrize("states, values", [([0, 1, 0], [1, 0]), ([[0, 1]], [[1, 0, 1]]), ([[0], [1]], [[1, 1, 0],
+                                                                                                        [0, 1, 1],
+                                                                                                        [1, 0, 0]])])
+def test_step_shapes_that_do_not_broadcast_are_refused_by_name(states, values):
+    dfa = SparseDFA(2, 2, 0, {0}, default=[0, 1], exceptions=[(1, 1, 0)])
+    with pytest.raises(ValueError, match=r"states \(.*\) and values \(.*\) must broadcast to one shape"):
+        dfa.step(np.array(states), np.array(values))
+    assert dfa.step(np.array([[0], [1]]), np.array([0, 1])).tolist() == [[0, 1], [0, 0]]  # broadcasting shapes do

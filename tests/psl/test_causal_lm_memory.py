@@ -37,7 +37,7 @@ def _conditionals_and_grads(model, **kw):
 
 @pytest.mark.parametrize("budget", [1, 20_000, 1 << 30])
 def test_every_plan_computes_the_same_values_and_gradients(gpt2, budget):
-    ref, ref_grads, _ = _conditionals_and_grads(gpt2, max_neighbours_per_chunk=10_000, recompute=False)
+    ref, ref_grads, _ = _conditionals_and_grads(gpt2, chunk_size=10_000, recompute=False)
     out, grads, engine = _conditionals_and_grads(gpt2, memory_budget=budget)
     plan = engine.memory_plan(2, Y.shape[1])
     if budget == 1:
@@ -100,18 +100,73 @@ def test_a_smaller_budget_lowers_the_peak(gpt2):
 
 @pytest.mark.parametrize("kw, match", [
     (dict(memory_budget=0), "memory_budget"), (dict(memory_budget=1.5), "memory_budget"),
-    (dict(max_neighbours_per_chunk=0), "max_neighbours_per_chunk"), (dict(recompute="yes"), "recompute"),
+    (dict(chunk_size=0), "chunk_size"), (dict(recompute="yes"), "recompute"),
     (dict(top_k=5), "top_k=5 applies with a value_map")])
 def test_bad_knobs_are_refused_by_name(gpt2, kw, match):
     with pytest.raises((TypeError, ValueError), match=match):
         CausalLMEngine(gpt2, PROMPT, **kw)
 
 
+@pytest.mark.parametrize("kw, error, match", [
+    (dict(max_logits=None), TypeError, "max_logits must be an int, got NoneType"),
+    (dict(max_logits="8M"), TypeError, "max_logits must be an int, got str '8M'"),
+    (dict(max_logits=0), ValueError, r"max_logits must be >= 1, got 0 \(the most logits held at once\)"),
+    (dict(memory_budget=2.0**30), TypeError, r"memory_budget must be an int.*CausalLMEngine\(memory_budget=\)"),
+    (dict(chunk_size=-5), ValueError, r"chunk_size must be >= 1, got -5 \(rows per model call"),
+    (dict(chunk_size=3.0), TypeError, "chunk_size must be an int, got float 3.0")])
+def test_bad_sizes_are_refused_by_name(gpt2, kw, error, match):
+    with pytest.raises(error, match=match):
+        CausalLMEngine(gpt2, PROMPT, **kw)
+
+
+@pytest.mark.parametrize("args, kw, error, match", [
+    ((-2, 5), {}, ValueError, "batch_size must be >= 0, got -2"),
+    ((2, 2.5), {}, TypeError, "length must be an int, got float 2.5"),
+    ((2, 0), {}, ValueError, "length must be >= 1, got 0"),
+    ((2, 10**9), {}, ValueError, "length must be <= 1,048,576, got 1,000,000,000"),
+    ((2, 100), {}, ValueError, r"need 102 positions but the model has 64"),
+    ((2, 5), dict(chunk_size=0), ValueError, "chunk_size must be >= 1, got 0"),
+    ((2, 5), dict(chunk_size=-8), ValueError, "chunk_size must be >= 1, got -8"),
+    ((2, 5), dict(candidates=0), ValueError, "candidates must be >= 1, got 0"),
+    ((2, 5), dict(candidates=V + 1), ValueError, f"candidates must be <= {V}, got {V + 1}")])
+def test_the_memory_plan_checks_its_arguments(gpt2, args, kw, error, match):
+    """No negative, fractional or zero-as-default plan, and no plan of a length the model cannot take (nor a hang
+    making one for 10**9 positions)."""
+    engine = CausalLMEngine(gpt2, PROMPT)
+    with pytest.raises(error, match=match):
+        engine.memory_plan(*args, **kw)
+    assert engine.memory_plan(2, 5, chunk_size=3).chunks == (3, 3, 3, 3)
+
+
+@pytest.mark.parametrize("chunk_size", [-1, 0, 1.5, "4"])
+def test_local_conditionals_refuses_a_bad_chunk_size_before_the_model_runs(gpt2, chunk_size, monkeypatch):
+    engine = CausalLMEngine(gpt2, PROMPT)
+    monkeypatch.setattr(engine, "base", None)  # any model call would fail differently
+    with pytest.raises((TypeError, ValueError), match="^chunk_size must be"):
+        engine.local_conditionals(Y, chunk_size=chunk_size)
+
+
+def test_log_prob_runs_in_the_chunks_the_planner_makes(gpt2, monkeypatch):
+    """``CausalLMEngine.log_prob`` takes its rows per call from :func:`lm_memory.plan_rows` (not planned inline); the
+    values do not depend on the chunks."""
+    from pseudosl.psl import causal_lm
+    engine = CausalLMEngine(gpt2, PROMPT, memory_budget=1)  # one row per call
+    seqs = torch.randint(0, V, (2, 3, 4), generator=torch.Generator().manual_seed(1))
+    calls = []
+    monkeypatch.setattr(causal_lm, "plan_rows", lambda shape, tokens, budget: calls.append((tokens, budget)) or 2)
+    sizes = []
+    real = engine.log_joint
+    monkeypatch.setattr(engine, "log_joint", lambda y, e: sizes.append(y.shape[0]) or real(y, e))
+    out = engine.log_prob(seqs)
+    assert calls == [(PROMPT.shape[1] + 4, 1)] and sizes == [2, 2, 2]
+    torch.testing.assert_close(out, CausalLMEngine(gpt2, PROMPT).log_prob(seqs), rtol=0, atol=1e-12)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_planned_step_on_cuda_matches_the_cpu(gpt2):
     """On a GPU the default budget reads the device's free memory; chunks of one row with recomputation give the
     CPU's values and gradients (float64)."""
-    ref, ref_grads, _ = _conditionals_and_grads(gpt2, max_neighbours_per_chunk=10_000, recompute=False)
+    ref, ref_grads, _ = _conditionals_and_grads(gpt2, chunk_size=10_000, recompute=False)
     model = gpt2.to("cuda")
     try:
         engine = CausalLMEngine(model, PROMPT.cuda(), value_map=ValueMap([0, 1, 2, 3], V), top_k=3, memory_budget=1)

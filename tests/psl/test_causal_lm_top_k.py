@@ -94,7 +94,7 @@ def test_every_token_selected_equals_the_exact_psl_and_its_gradient(gpt2, lookup
     largest = int(sizes[sizes > max_class_size].max())
     n, C = Y.shape[1], vm.n_values
     eng = as_engine(gpt2, prompt_ids=PROMPT, value_map=vm, top_k=largest - 1, max_class_size=max_class_size,
-                    top_k_distinguished=_n_distinguished(lookup, max_class_size) - 1, max_neighbours_per_chunk=7)
+                    top_k_distinguished=_n_distinguished(lookup, max_class_size) - 1, chunk_size=7)
     cond, _ = _brute_force(gpt2, PROMPT, Y)
     torch.testing.assert_close(eng.local_conditionals(Y), vm.fold(cond), atol=ATOL64_FEW_OPS, rtol=0)
     truth = np.random.default_rng(2).random(C ** n) < 0.4
@@ -162,3 +162,15 @@ def test_bad_top_k_distinguished_is_refused_by_name(gpt2, kw, error, match):
         CausalLMEngine(gpt2, torch.tensor([[5]]), **kw)
     with pytest.raises(error, match=match):
         as_engine(gpt2, prompt_ids=torch.tensor([[5]]), **kw)
+
+
+@pytest.mark.parametrize("max_class_size", [V, 2**63, 2**64 + 7, 10**40])
+def test_a_max_class_size_past_the_vocabulary_makes_every_class_small_and_the_psl_exact(gpt2, max_class_size):
+    """Any ``max_class_size`` at least the largest class means every token is distinguished, so the conditionals
+    are the brute-force ones (issue 39 item 3: ``2**63`` used to wrap to ``-2**63`` against int64 class sizes and give
+    the estimate; a larger int was a raw ``OverflowError``)."""
+    vm = ValueMap.from_classes(CLASSES)
+    eng = as_engine(gpt2, prompt_ids=PROMPT, value_map=vm, max_class_size=max_class_size)
+    assert eng.n_candidates == V + 1  # every token and the sample's row: nothing estimated
+    cond, _ = _brute_force(gpt2, PROMPT, Y)
+    torch.testing.assert_close(eng.local_conditionals(Y), vm.fold(cond), atol=ATOL64_FEW_OPS, rtol=0)

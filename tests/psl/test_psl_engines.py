@@ -246,7 +246,7 @@ def test_causal_lm_engine_exact_and_shift(gpt2):
     gpt2.eval()
     prompt = torch.randint(0, 12, (2, 3))
     y = torch.randint(0, 12, (2, 4))
-    eng = CausalLMEngine(gpt2, prompt, max_neighbours_per_chunk=5, max_logits=40)
+    eng = CausalLMEngine(gpt2, prompt, chunk_size=5, max_logits=40)
     ref = _reference_log_joint(gpt2, prompt)
     example = torch.arange(2)
     torch.testing.assert_close(eng.log_joint(y, example), ref(y, example), **TOL)  # the naive scorer has the right shift
@@ -261,7 +261,7 @@ def test_causal_lm_engine_exact_and_shift(gpt2):
     torch.testing.assert_close(a, b, **TOL)
     g = _grads(b, gpt2)
     _assert_grads_close(_grads(a, gpt2), g)
-    rec = CausalLMEngine(gpt2, prompt, max_neighbours_per_chunk=7, recompute=True)
+    rec = CausalLMEngine(gpt2, prompt, chunk_size=7, recompute=True)
     c = pseudo_semantic_loss(rec, circuit, y2)
     torch.testing.assert_close(c, b, **TOL)
     _assert_grads_close(_grads(c, gpt2), g)
@@ -602,7 +602,7 @@ def test_general_partition_is_exact_when_each_rest_holds_at_most_one_token(gpt2,
     y = torch.tensor([[1, 3, 8, 0], [7, 7, 4, 11], [2, 10, 5, 1]])
     cond, _ = _reference_conditionals(gpt2, prompt, y)
     eng = as_engine(gpt2, prompt_ids=prompt, value_map=vm, top_k=top_k, max_class_size=max_class_size,
-                    max_logits=max_logits, max_neighbours_per_chunk=7)
+                    max_logits=max_logits, chunk_size=7)
     got = eng.local_conditionals(y)
     torch.testing.assert_close(got, vm.fold(cond), atol=ATOL64_FEW_OPS, rtol=0)
     # the PSL of a constraint over the classes is the PSL over tokens of the constraint read through the classes

@@ -184,6 +184,17 @@ def test_other_decoders_and_cleaned_up_text_are_refused():
         no_forbidden_words(["ab"], byte_level_tokenizer(), vocab_size=5, cache=False)
 
 
+@pytest.mark.parametrize("vocab_size", [(1 << 22) + 1, 3 * 10**7, 10**12])
+def test_an_unbounded_vocab_size_is_refused_fast_by_name(vocab_size):
+    """Issue 39 item 10: ``10**9`` was an empty MemoryError and ``10**7`` failed after 30 s; sizes past
+    ``MAX_VOCAB_SIZE`` (4,194,304 tokens) are refused before a table per token is made (a value map's too)."""
+    from pseudosl.tokens.constraint import MAX_VOCAB_SIZE
+    with pytest.raises(ValueError, match=rf"vocab_size must be <= {MAX_VOCAB_SIZE:,}, got {vocab_size:,}"):
+        no_forbidden_words(["ab"], byte_level_tokenizer(), vocab_size=vocab_size, cache=False)
+    with pytest.raises(ValueError, match=rf"vocab_size must be <= {MAX_VOCAB_SIZE:,}"):
+        ValueMap([1, 2], vocab_size=vocab_size)
+
+
 def test_the_automaton_is_cached_by_content(monkeypatch, tmp_path):
     monkeypatch.setenv("PSEUDOSL_CACHE", str(tmp_path))
     tok = byte_level_tokenizer()

@@ -27,11 +27,11 @@ from typing import Any, TypeVar
 import tomllib
 
 from ..errors import PseudoslError
-from ..logic.errors import check_int
+from ..logic.checks import check_bool, check_int
+from ..memory import format_bytes, free_bytes
 
 __all__ = ["RunConfig", "ConfigError", "spec", "load_config", "preset_path", "RUN_FREE_FIELDS", "split_model",
-           "model_variant", "check_device", "usable_cpus", "check_parallelism", "available_memory", "check_memory",
-           "format_bytes"]
+           "model_variant", "check_device", "usable_cpus", "check_parallelism", "check_memory"]
 
 C = TypeVar("C", bound="RunConfig")
 
@@ -233,9 +233,10 @@ def _coerce(value: Any, t: Any, name: str) -> Any:
         (item,) = typing.get_args(t)
         return [_coerce(v, item, f"{name}[{i}]") for i, v in enumerate(value)]
     if t is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{name} = {value!r}: expected true or false")
-        return value
+        try:
+            return check_bool(name, value)
+        except TypeError:
+            raise ConfigError(f"{name} = {value!r}: expected true or false") from None
     if t is int:
         try:
             value = check_int(name, value)
@@ -379,51 +380,9 @@ def check_parallelism(threads: int | None, jobs: int, cpus: int | None = None) -
                           f"(two per CPU, {cpus} CPUs); lower --jobs or --threads")
 
 
-def _meminfo_available() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _cgroup_room() -> int | None:
-    """The memory left under this process's cgroup (v2) limit, ``None`` without one."""
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit == "max":
-            return None
-        return max(0, int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
-    except (OSError, ValueError):
-        return None
-
-
-def available_memory() -> int | None:
-    """Bytes of memory a new allocation can use now (``MemAvailable``, within a cgroup's limit), ``None`` if
-    this machine does not say."""
-    found = [b for b in (_meminfo_available(), _cgroup_room()) if b is not None]
-    if not found and hasattr(os, "sysconf"):
-        try:
-            found.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-        except (ValueError, OSError):
-            pass
-    return min(found) if found else None
-
-
-def format_bytes(n: float) -> str:
-    """``1536`` -> ``'1.5 KiB'``, ``3 * 2**40`` -> ``'3.0 TiB'``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
 def check_memory(needed: int, what: str, fix: str, available: int | None = None) -> None:
     """Refuse ``needed`` bytes for ``what`` when this machine has less available (``None``: ask it)."""
-    available = available_memory() if available is None else available
+    available = free_bytes("cpu") if available is None else available
     if available is not None and needed > available:
         raise ConfigError(f"{what} need about {format_bytes(needed)} of memory, but this machine has "
                           f"{format_bytes(available)} available; {fix}")

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..logic.errors import check_int
+from ..logic.checks import check_int
 from ..psl import CausalLMEngine, Fidelity, local_fidelity
 from .runs import atomic_path, make_folder
 
@@ -91,7 +91,7 @@ def hf_inputs(name: str, length: int, n_examples: int, device: str, text: str | 
     if bos is None:
         raise ValueError(f"{name}: neither its tokenizer nor its config names a BOS token for the prompt")
     prompt = torch.full((n_examples, 1), bos, dtype=torch.long, device=device)
-    engine = CausalLMEngine(model, prompt, max_neighbours_per_chunk=512)
+    engine = CausalLMEngine(model, prompt, chunk_size=512)
     chunk = max(1, (1 << 26) // (length * vocab))  # rows per call: ~256 MB of float32 logits
     if text is None:
         anchors = engine.sample(length=length, generator=generator)  # (n_examples, length): exact samples of p

@@ -50,7 +50,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import PseudoslError, RunFolderError, StorageError
-from ..logic.errors import check_int
+from ..logic.checks import check_int
 from .checkpoints import CheckpointError, check_continuable, load_checkpoint, load_weights
 from .config import ConfigError, RunConfig, model_variant
 from .convergence import EPOCH_RULE, format_training, paired_by_epoch, training_lengths

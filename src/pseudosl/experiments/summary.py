@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..logic.errors import check_int
+from ..logic.checks import check_int
 from .config import RunConfig, split_model
 from .experiment import Experiment
 

@@ -54,11 +54,10 @@ except ImportError as e:  # pragma: no cover - the [lm] extra is missing
 from .. import checks
 from ..checks import check_root
 from ..circuit import Circuit
-from ..logic.errors import as_int
+from ..logic.checks import check_int
 from .automaton_mask import AutomatonMask
 from ..tokens.constraint import AutomatonConstraint, Constraint
 from .row_lineage import RowLineage
-from ..psl.sampling import check_count
 
 __all__ = ["ConstraintLogitsProcessor", "MAX_LOG_COMPLETIONS"]
 
@@ -115,7 +114,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
     def __init__(self, constraint: AutomatonConstraint | Constraint | Circuit, prompt_length: int | None = None, *,
                  root: int | None = None, eos_token_id: int | Sequence[int] | None = None,
                  max_new_tokens: int | None = None) -> None:
-        self.expected_prompt_length = None if prompt_length is None else check_count("prompt_length", prompt_length, 0)
+        self.expected_prompt_length = None if prompt_length is None else check_int("prompt_length", prompt_length, 0)
         self.automaton: AutomatonMask | None = None
         self.circuit: Circuit | None = None
         if isinstance(constraint, AutomatonConstraint):
@@ -123,7 +122,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
                 raise ValueError(f"root={root!r} picks a root of a circuit; an AutomatonConstraint has none: leave "
                                  "root=None")
             self.vocab_size = constraint.vocab_size
-            self.max_new_tokens = None if max_new_tokens is None else check_count("max_new_tokens", max_new_tokens, 1)
+            self.max_new_tokens = None if max_new_tokens is None else check_int("max_new_tokens", max_new_tokens, 1)
             self.automaton = AutomatonMask(constraint, eos_token_ids=_eos_ids(eos_token_id, self.vocab_size),
                                            max_new_tokens=self.max_new_tokens)
         elif isinstance(constraint, (Constraint, Circuit)):
@@ -142,10 +141,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
     def _init_window(self, constraint: Constraint | Circuit, root: int | None) -> None:
         circuit, value_map = (constraint.circuit, constraint.value_map) if isinstance(constraint, Constraint) \
             else (constraint, None)
-        if circuit.n_roots > 1 and root is None:
-            raise ValueError(f"this circuit has {circuit.n_roots} roots: pass root=r (0 <= r < {circuit.n_roots}), or "
-                             "compile the conjunction of the constraints into one root")
-        root = None if root is None else check_root(root, circuit.n_roots)
+        root = check_root(root, circuit.n_roots)
         log_count = circuit.n_vars * math.log(circuit.n_values)
         if log_count > MAX_LOG_COMPLETIONS:
             raise ValueError(f"a circuit over {circuit.n_vars} positions with {circuit.n_values} values has up to "
@@ -299,7 +295,7 @@ def _eos_ids(eos_token_id: int | Sequence[int] | None, vocab_size: int) -> tuple
     if eos_token_id is None:
         return ()
     ids = [eos_token_id] if not isinstance(eos_token_id, (list, tuple)) else list(eos_token_id)
-    ids = [as_int("eos_token_id", t) for t in ids]
+    ids = [check_int("eos_token_id", t) for t in ids]
     if not ids:
         raise ValueError("eos_token_id is an empty list: pass the end-of-sequence token id(s), or None")
     for t in ids:

@@ -68,12 +68,12 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..checks import check_sample
+from ..checks import check_bool, check_int, check_root, check_sample
 from ..circuit import Circuit
-from ..logic.errors import UnsatisfiableError, check_int
+from ..logic.errors import UnsatisfiableError
 from ..tokens.constraint import Constraint, sample_satisfies
 from ..psl.engine import Engine, engine_circuit
-from ..psl.sampling import check_count, sample_from_logits
+from ..psl.sampling import sample_from_logits
 
 __all__ = ["constrained_sample", "ResampleDiagnostics", "UnsatisfiableError"]  # the library's one
 # UnsatisfiableError (pseudosl.logic.errors), re-exported here: an except of either name catches both
@@ -126,15 +126,7 @@ def _check(engine: Engine, constraint: Circuit | Constraint, mode: str, num_cand
            root: int | None) -> tuple[Circuit, int]:
     """The circuit and the number of candidates, or a named error, before the model runs."""
     circuit = engine_circuit(engine, constraint)
-    if engine.n_values != circuit.n_values:
-        raise ValueError(f"the model has {engine.n_values} values per position but the circuit has "
-                         f"{circuit.n_values}; compile the constraint over the model's values (or fold them with a ValueMap)")
-    if circuit.n_roots > 1 and root is None:
-        raise ValueError(f"this circuit has {circuit.n_roots} roots and an output can be drawn for one constraint: "
-                         f"pass root=r (0 <= r < {circuit.n_roots}; the output satisfies that root only), or compile "
-                         "the conjunction of the constraints into one root (for a Sudoku: per puzzle, given its givens)")
-    if root is not None and not 0 <= check_int("root", root) < circuit.n_roots:
-        raise ValueError(f"root must be an int in 0..{circuit.n_roots - 1} (a root of the circuit), got {root!r}")
+    check_root(root, circuit.n_roots)
     if mode not in ("resample", "mpe"):
         raise ValueError(f"mode must be 'resample' or 'mpe', got {mode!r}")
     if mode == "mpe":
@@ -142,7 +134,7 @@ def _check(engine: Engine, constraint: Circuit | Constraint, mode: str, num_cand
             raise ValueError(f"num_candidates={num_candidates!r} applies to mode='resample'; mode='mpe' returns the "
                              "single most probable assignment of the proposal")
         return circuit, 1
-    k = DEFAULT_CANDIDATES if num_candidates is None else check_count("num_candidates", num_candidates, 1)
+    k = DEFAULT_CANDIDATES if num_candidates is None else check_int("num_candidates", num_candidates, 1)
     return circuit, k
 
 
@@ -239,6 +231,8 @@ def constrained_sample(engine: Engine, circuit: Circuit | Constraint, sample: Te
         UnsatisfiableError: (a ``ValueError``) the constraint and ``allowed`` have no model for an example (checked
             before the model runs), or the model gives every model probability 0.
     """
+    keep_satisfying = check_bool("keep_satisfying", keep_satisfying)
+    return_diagnostics = check_bool("return_diagnostics", return_diagnostics)
     circuit, k = _check(engine, circuit, mode, num_candidates, root)
     _check_allowed(allowed, circuit)
     n = circuit.n_vars

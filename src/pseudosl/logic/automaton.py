@@ -23,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import warnings
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -31,15 +30,18 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .builder import CircuitBuilder
-from .errors import (DEFAULT_MAX_EDGES, check_in_range, check_int, check_int_array, check_limit, check_states,
-                     check_word)
+from .errors import DEFAULT_MAX_EDGES, STATES_CEILING
+from .checks import as_array, check_in_range, check_int, check_int_array, check_limit, check_states, check_word
 
 __all__ = ["DFA", "SparseDFA", "automaton_node", "forbidden_sequences_dfa", "forbidden_sequences_sparse_dfa"]
 
 
+_STATES = " (the states 0 .. n_states-1; at most 2**31 - 1: beyond, the per-state tables alone take over 16 GB)"
+
+
 def _checked_header(dfa: "DFA | SparseDFA") -> tuple[int, int, int, frozenset[int]]:
     """``(n_states, n_values, start, accepting)`` of a DFA being made, each checked."""
-    n_states = check_int("n_states", dfa.n_states, low=1)
+    n_states = check_int("n_states", dfa.n_states, low=1, high=STATES_CEILING, fix=_STATES)
     n_values = check_int("n_values", dfa.n_values, low=2,
                          fix=" (a circuit variable needs >= 2 values; add an unused catch-all value)")
     start = check_int("start", dfa.start, low=0)
@@ -96,7 +98,7 @@ class DFA:
         Example:
             >>> even_ones = DFA.from_transitions(2, 2, 0, {0}, [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 0)])
         """
-        n_states = check_int("n_states", n_states, low=1)
+        n_states = check_int("n_states", n_states, low=1, high=STATES_CEILING, fix=_STATES)
         n_values = check_int("n_values", n_values, low=2)
         delta = np.full((n_states, n_values), -1, dtype=np.int64)
         for i, triple in enumerate(transitions):
@@ -180,7 +182,7 @@ class SparseDFA:
 
     def __post_init__(self) -> None:
         n_states, n_values, start, accepting = _checked_header(self)
-        default = np.asarray(self.default)
+        default = as_array("default", self.default)
         default = check_int_array("default", default[None] if default.ndim == 1 else default, (None, n_values))
         if default.shape[0] < 1:
             raise ValueError("default must hold at least one row of n_values destinations")
@@ -241,7 +243,11 @@ class SparseDFA:
         states, values = (check_int_array(name, a, (None,) * np.ndim(a)) for name, a in (("states", states), ("values", values)))
         check_in_range("states", states, self.n_states)
         check_in_range("values", values, self.n_values)
-        states, values = np.broadcast_arrays(states, values)
+        try:
+            states, values = np.broadcast_arrays(states, values)
+        except ValueError:
+            raise ValueError(f"states {states.shape} and values {values.shape} must broadcast to one shape (numpy's "
+                             "rules: equal sizes or 1 on each axis from the right)") from None
         dest = self.default[self.row_of[states], values]
         if not len(self._keys):
             return dest
@@ -385,28 +391,6 @@ def forbidden_sequences_dfa(words: Sequence[Sequence[int]], n_values: int, *,
                 f"entries numbering", n_states * n_values, max_edges, "max_edges",
                 " (fold the values that occur in no word into one catch-all value first)")
     return forbidden_sequences_sparse_dfa(words, n_values, max_edges=None).to_dense(max_entries=None)
-
-
-def forbidden_words_sparse_dfa(words: Sequence[Sequence[int]], n_values: int, *,
-                               max_edges: int | None = DEFAULT_MAX_EDGES) -> SparseDFA:
-    """Deprecated name of :func:`forbidden_sequences_sparse_dfa` (same arguments, same automaton).
-
-    "Words" here meant symbol sequences; :func:`pseudosl.no_forbidden_words` forbids words of decoded text."""
-    warnings.warn("pseudosl.logic.automaton.forbidden_words_sparse_dfa is deprecated: use "
-                  "pseudosl.logic.automaton.forbidden_sequences_sparse_dfa (same arguments)",
-                  DeprecationWarning, stacklevel=2)
-    return forbidden_sequences_sparse_dfa(words, n_values, max_edges=max_edges)
-
-
-def forbidden_words_dfa(words: Sequence[Sequence[int]], n_values: int, *,
-                        max_edges: int | None = DEFAULT_MAX_EDGES) -> DFA:
-    """Deprecated name of :func:`forbidden_sequences_dfa` (same arguments, same table).
-
-    "Words" here meant symbol sequences; :func:`pseudosl.no_forbidden_words` forbids words of decoded text."""
-    warnings.warn("pseudosl.logic.automaton.forbidden_words_dfa is deprecated: use "
-                  "pseudosl.logic.automaton.forbidden_sequences_dfa (same arguments)",
-                  DeprecationWarning, stacklevel=2)
-    return forbidden_sequences_dfa(words, n_values, max_edges=max_edges)
 
 
 def _trie(words: Sequence[Sequence[int]], n_values: int) -> tuple[list[dict[int, int]], list[bool]]:

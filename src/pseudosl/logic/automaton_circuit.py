@@ -50,7 +50,8 @@ import numpy as np
 from .automaton import DFA, SparseDFA
 from .dag import Dag
 from .nodes import AND, CONST, FALSE, LIT, OR, TRUE
-from .errors import DEFAULT_MAX_EDGES, check_int, check_limit
+from .errors import DEFAULT_MAX_EDGES
+from .checks import check_int, check_limit
 
 __all__ = ["automaton_dag", "automaton_edges"]
 

@@ -19,7 +19,8 @@ import numpy as np
 from . import determinism
 from .dag import Dag
 from .nodes import AND, CONST, FALSE, LIT, OR, TRUE, bits
-from .errors import DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, CircuitError, check_int, check_limit, check_vars
+from .errors import DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, CircuitError
+from .checks import check_bool, check_int, check_limit, check_vars
 
 __all__ = ["CircuitBuilder"]
 
@@ -82,7 +83,7 @@ class CircuitBuilder:
     def literal(self, var: int, value: int = 1) -> int:
         """The indicator ``[X_var = value]`` (for Boolean variables ``value=0`` is the negative literal).
 
-        ``var`` and ``value`` are ints (:func:`~pseudosl.logic.errors.check_int`: a float such as 1.7 is
+        ``var`` and ``value`` are ints (:func:`~pseudosl.logic.checks.check_int`: a float such as 1.7 is
         refused, never truncated)."""
         if type(var) is int and type(value) is int and 0 <= var < self.n_vars and 0 <= value < self.n_values:
             payload = (var, value)  # the common case first
@@ -149,6 +150,8 @@ class CircuitBuilder:
         ``deterministic=True`` asserts that no two children hold together and skips the check:
         a wrong assertion gives wrong probabilities.
         """
+        if type(deterministic) is not bool:  # (the common case costs one type test: or_ runs once per node)
+            deterministic = check_bool("deterministic", deterministic)
         kids: set[int] = set()
         for c in children:
             c = self._check_id(c)

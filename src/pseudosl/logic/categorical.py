@@ -29,7 +29,8 @@ from typing import Iterable, overload
 
 from .builder import CircuitBuilder
 from .dag import Dag
-from .errors import DEFAULT_MAX_VARS, SizeLimitError, as_int, check_int
+from .errors import DEFAULT_MAX_VARS, SizeLimitError
+from .checks import check_int
 
 __all__ = ["CatFormula", "Position", "Positions", "positions", "all_of", "any_of", "categorical_dag",
            "CategoricalSizeError"]
@@ -164,7 +165,7 @@ class Positions(Sequence[Position]):
     def __getitem__(self, i: int | slice) -> Position | list[Position]:
         if isinstance(i, slice):
             return [Position(j, self.n_values) for j in range(*i.indices(self.n_positions))]
-        j = as_int("a position index", i)
+        j = check_int("a position index", i)
         if not -self.n_positions <= j < self.n_positions:
             raise IndexError(f"y[{j}] is out of range: these positions are y[0] .. y[{self.n_positions - 1}]")
         return Position(j % self.n_positions, self.n_values)

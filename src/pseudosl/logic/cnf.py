@@ -19,7 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .errors import DimacsFormatError, check_int, parse_int_token
+from .errors import DimacsFormatError
+from .checks import check_int, parse_int_token
 from .formula import And, Formula, Not, Or, Var
 
 __all__ = ["DimacsFormatError", "parse_dimacs", "normalize_clauses", "cnf_formula"]
@@ -34,7 +35,7 @@ def parse_dimacs(path_or_text: str | Path) -> tuple[int, list[list[int]]]:
     ``str`` with a newline (or starting with ``p cnf``) is parsed as the file's text.
     Comment lines (``c ...``) are skipped, a ``%`` line (SATLIB) ends the clauses and a UTF-8
     byte-order mark at the start is skipped.  Clauses may span lines and several may share a line;
-    each ends with ``0``.  Numbers are read strictly (:func:`~pseudosl.logic.errors.parse_int_token`):
+    each ends with ``0``.  Numbers are read strictly (:func:`~pseudosl.logic.checks.parse_int_token`):
     ASCII digits, a ``-`` only on literals; ``+3``, ``1_0`` or a non-ASCII digit is an error, not 3 or 10.
 
     Raises:

@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from . import dagfile, determinism
-from .errors import DEFAULT_MAX_VARS, CircuitError, CircuitFormatError, SizeLimitError, check_vars
+from .errors import DEFAULT_MAX_VARS, CircuitError, CircuitFormatError, SizeLimitError
+from .checks import check_bool, check_vars
 from .layers import LayerPlan, plan_layers
 from .nodes import AND, CONST, FALSE, LIT, OR, TRUE, bits
 
@@ -351,6 +352,7 @@ class Dag:
         A file with a checksum was written by :meth:`save` from a :class:`Dag` (determinism is its maker's
         part, as for every Dag).  A file without one was made elsewhere: its OR nodes must also pass
         :meth:`check_or_nodes`, unless ``deterministic=True`` takes the caller's word that they are deterministic."""
+        deterministic = check_bool("deterministic", deterministic)
         arrays, checksummed = dagfile.read_arrays(path, label)
         try:
             dag = Dag.from_arrays(arrays, max_vars=max_vars)

@@ -31,7 +31,7 @@ import weakref
 from abc import ABC, abstractmethod
 from typing import Iterable, Sequence
 
-from .errors import check_int
+from .checks import check_int
 
 __all__ = ["Formula", "Var", "Const", "Op", "And", "Or", "Not", "implies", "iff", "true", "false", "variables",
            "dag_key"]

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from .builder import CircuitBuilder
 from .dag import Dag
-from .errors import (DEFAULT_MAX_VARS, CircuitError, SddFormatError, check_int, check_limit, check_vars,
-                     parse_int_token)
+from .errors import DEFAULT_MAX_VARS, CircuitError, SddFormatError
+from .checks import check_int, check_limit, check_vars, parse_int_token
 
 if TYPE_CHECKING:  # pragma: no cover
     from pysdd.sdd import SddNode
@@ -425,7 +425,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _int(tok: list[str], i: int, path: Path, lineno: int, *, negative: bool = False) -> int:
-    """Field ``i`` of a line, a strict integer (:func:`~pseudosl.logic.errors.parse_int_token`); ``negative``
+    """Field ``i`` of a line, a strict integer (:func:`~pseudosl.logic.checks.parse_int_token`); ``negative``
     only for literals."""
     where = f"{path}:{lineno}: field {i + 1} of {' '.join(tok)!r}"
     if i >= len(tok):

@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from .dag import Dag
-from .errors import DEFAULT_MAX_NODES, DEFAULT_MAX_VARS, check_int, check_limit, check_vars
+from .errors import DEFAULT_MAX_NODES, DEFAULT_MAX_VARS
+from .checks import check_int, check_limit, check_vars
 from .formula import Const, Formula, Var, Op
 from .sdd import dag_from_pysdd
 

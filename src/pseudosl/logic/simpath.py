@@ -46,7 +46,8 @@ from typing import Sequence
 import numpy as np
 
 from .dag import Dag
-from .errors import DEFAULT_MAX_NODES, UnsatisfiableError, check_int, check_limit
+from .errors import DEFAULT_MAX_NODES, UnsatisfiableError
+from .checks import check_int, check_limit
 from .nodes import AND, CONST, LIT, OR
 
 __all__ = ["grid_edges", "is_simple_path", "normalized_bound", "simple_path_dag", "Edge"]

@@ -15,7 +15,7 @@ a callable ``log_joint(y, example)``, ``n_values=``              :class:`~pseudo
 ===============================================================  ======================================================
 
 Further keyword options go to the engine: ``dropout``, ``fused``, ``suffix_dtype`` (recurrent),
-``max_class_size``, ``top_k_distinguished``, ``memory_budget``, ``max_neighbours_per_chunk``, ``max_logits``, ``dropout``,
+``max_class_size``, ``top_k_distinguished``, ``memory_budget``, ``chunk_size``, ``max_logits``, ``dropout``,
 ``recompute`` (causal LM), ``recompute`` (log_joint).
 An argument that does not apply to the model is refused by name.
 """
@@ -36,7 +36,8 @@ from .recurrent import EmbeddingSteps, RecurrentEngine, RecurrentSteps, State
 __all__ = ["as_engine"]
 
 _RECURRENT_OPTIONS = {"dropout", "fused", "suffix_dtype"}
-_CAUSAL_LM_OPTIONS = {"max_class_size", "top_k_distinguished", "memory_budget", "max_neighbours_per_chunk", "max_logits", "dropout", "recompute"}
+_CAUSAL_LM_OPTIONS = {"max_class_size", "top_k_distinguished", "memory_budget", "chunk_size", "max_logits", "dropout",
+                      "recompute"}
 
 
 def _is_causal_lm(model: Any) -> bool:

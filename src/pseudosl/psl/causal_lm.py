@@ -45,14 +45,13 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .. import checks
-from ..checks import check_candidates, check_positions, check_sample
-from ..logic.errors import check_int
-from ..memory import release_freed_cpu_memory
+from ..checks import check_bool, check_candidates, check_int, check_positions, check_sample
+from ..memory import check_budget, release_freed_cpu_memory
 from ..tokens.constraint import ValueMap
 from .engine import Engine, exact_mode
 from .folded_neighbours import FoldedNeighbours
-from .lm_memory import LMShape, NeighbourPlan, default_budget, plan_neighbours
-from .sampling import check_count, sample_from_logits
+from .lm_memory import MAX_LENGTH, LMShape, NeighbourPlan, default_budget, plan_neighbours, plan_rows
+from .sampling import sample_from_logits
 
 __all__ = ["CausalLMEngine", "head_logsumexp"]
 
@@ -91,6 +90,7 @@ class _HeadLogSumExp(torch.autograd.Function):
 
 def head_logsumexp(h: Tensor, head: nn.Linear, max_logits: int = 1 << 22) -> Tensor:
     """``logsumexp(head(h), -1)`` for ``h (..., H)`` holding at most ``max_logits`` logits at a time."""
+    max_logits = check_int("max_logits", max_logits, 1, " (the most logits held at once)")
     flat = h.reshape(-1, h.shape[-1])
     rows = max(1, max_logits // head.weight.shape[0])
     return _HeadLogSumExp.apply(flat, head.weight, head.bias, rows).view(h.shape[:-1])
@@ -129,8 +129,9 @@ class CausalLMEngine(Engine):
             device, at most 1 GiB on a CPU); the engine picks its chunks and recomputation within it
             (:mod:`.lm_memory`; :meth:`memory_plan` says what it chose).  Larger: fewer model calls and no
             recomputation when everything fits; smaller: less memory, more calls.
-        max_neighbours_per_chunk: neighbour sequences per forward call; default: planned within ``memory_budget``.
-        max_logits: bound on logits held at once in the vocabulary log-sum-exp.
+        chunk_size: neighbour rows per model call (the default of :meth:`local_conditionals`' ``chunk_size``);
+            default: planned within ``memory_budget``.
+        max_logits: the most logits held at once in the vocabulary log-sum-exp (an int >= 1).
         dropout: keep the model's train mode (stochastic); default evaluates in eval mode (exact).
         recompute: activation-checkpoint every neighbour chunk: backward recomputes one chunk at a time, so the
             activations held between forward and backward are the base run's only (same gradients, ~1 extra
@@ -146,7 +147,7 @@ class CausalLMEngine(Engine):
     def __init__(self, model: nn.Module, prompt_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                  *, value_map: ValueMap | None = None, n_values: int | None = None, top_k: int = 0,
                  max_class_size: int = 1, top_k_distinguished: int | None = None,
-                 memory_budget: int | None = None, max_neighbours_per_chunk: int | None = None,
+                 memory_budget: int | None = None, chunk_size: int | None = None,
                  max_logits: int = 1 << 22, dropout: bool = False, recompute: bool | None = None) -> None:
         head = model.get_output_embeddings()
         if not isinstance(head, nn.Linear):
@@ -181,18 +182,17 @@ class CausalLMEngine(Engine):
             value_map, top_k=top_k, max_class_size=max_class_size, top_k_distinguished=top_k_distinguished)
         if self._folding is not None:
             self.n_candidates = self._folding.n_candidates  # neighbour rows per position
-        self.chunk = None if max_neighbours_per_chunk is None else check_int(
-            "max_neighbours_per_chunk", max_neighbours_per_chunk, low=1, fix=" (or None: planned within memory_budget)")
-        self.memory_budget = None if memory_budget is None else check_int(
-            "memory_budget", memory_budget, low=1, fix=" (bytes, e.g. 2 * 2**30; or None: a quarter of the free memory)")
-        if recompute is not None and not isinstance(recompute, bool):
-            raise TypeError(f"recompute must be True, False or None (planned), got {recompute!r}")
-        self.max_logits, self.dropout, self.recompute = max_logits, dropout, recompute
+        self.chunk_size = _check_chunk_size(chunk_size)
+        self.memory_budget = check_budget(memory_budget, "CausalLMEngine(memory_budget=)",
+                                          "a quarter of the memory free on the device, at most 1 GiB on a CPU")
+        self.recompute = check_bool("recompute", recompute, none="planned within memory_budget")
+        self.dropout = check_bool("dropout", dropout)
+        self.max_logits = check_int("max_logits", max_logits, 1, " (the most logits held at once)")
         self._shape = LMShape.of(model, head)
         if value_map is not None:
             self.n_values = value_map.n_values
         elif n_values is not None:
-            self.n_values = check_count("n_values", n_values, 2)
+            self.n_values = check_int("n_values", n_values, 2)
             if self.n_values > self.vocab_size:
                 raise ValueError(f"n_values={n_values} exceeds the model's vocabulary of {self.vocab_size} tokens")
         else:
@@ -216,11 +216,19 @@ class CausalLMEngine(Engine):
     def memory_plan(self, batch_size: int, length: int, *, grad: bool = True, chunk_size: int | None = None,
                     candidates: int | None = None) -> NeighbourPlan:
         """How :meth:`local_conditionals` runs ``batch_size`` anchors of ``length`` tokens (``grad``: with autograd;
-        ``candidates``: values per position, default every one): chunk sizes, recomputation and the estimated peak
-        of the neighbour work (:mod:`.lm_memory`); ``str()`` of the plan says it in words."""
-        k = candidates or (self.n_candidates if self._folding is not None else self.n_values)
+        ``chunk_size``: rows per model call, default the engine's or planned; ``candidates``: values per position,
+        default every one): chunk sizes, recomputation and the estimated peak of the neighbour work
+        (:mod:`.lm_memory`); ``str()`` of the plan says it in words.  Each argument is checked by name; ``length``
+        within the model's context (at most :data:`~.lm_memory.MAX_LENGTH` tokens for a model without one)."""
+        batch_size = check_int("batch_size", batch_size, 0)
+        length = check_int("length", length, 1, high=MAX_LENGTH)
+        self._check_length(length)
+        grad, chunk_size = check_bool("grad", grad), _check_chunk_size(chunk_size)
+        k = self.n_candidates if self._folding is not None else self.n_values
+        k = k if candidates is None else check_int("candidates", candidates, 1, high=k)
         return plan_neighbours(self._shape, rows=batch_size * k, prompt=self.prompt_ids.shape[1], length=length,
-                               grad=grad, budget=self._budget(), chunk=chunk_size or self.chunk,
+                               grad=grad, budget=self._budget(),
+                               chunk=chunk_size if chunk_size is not None else self.chunk_size,
                                recompute=self.recompute)
 
     def _budget(self) -> int:
@@ -250,11 +258,11 @@ class CausalLMEngine(Engine):
         return _token_logp(h, self.head, y, self.max_logits).sum(-1)
 
     def log_prob(self, sequences: Tensor, *, chunk_size: int | None = None) -> Tensor:
-        """As :meth:`Engine.log_prob`; by default in chunks of rows within ``memory_budget``."""
+        """As :meth:`Engine.log_prob`; by default in chunks of rows planned within ``memory_budget``
+        (:func:`~.lm_memory.plan_rows`)."""
         if chunk_size is None and isinstance(sequences, Tensor) and sequences.dim() == 3:
-            tokens = self.prompt_ids.shape[1] + sequences.shape[-1]
-            row = self._shape.cache_bytes(tokens) + self._shape.active_bytes(tokens, 0)
-            chunk_size = max(1, self._budget() // row)
+            chunk_size = plan_rows(self._shape, tokens=self.prompt_ids.shape[1] + sequences.shape[-1],
+                                   budget=self._budget())
         return super().log_prob(sequences, chunk_size=chunk_size)
 
     def step_log_probs(self, y: Tensor, example: Tensor) -> Tensor:
@@ -305,6 +313,7 @@ class CausalLMEngine(Engine):
         values with one).  ``positions`` leaves positions out of the result (``fill``), not out of the work."""
         sample = check_sample(sample, self.vocab_size if self.value_map is not None else self.n_values)
         b, n = sample.shape
+        chunk_size = _check_chunk_size(chunk_size)
         if candidates is not None and self.value_map is not None:
             raise ValueError("candidates= applies to engines without a value map (the folded values are fixed)")
         pos = check_positions(positions, b, n, sample.device)
@@ -364,6 +373,12 @@ class CausalLMEngine(Engine):
             else:
                 out.append(run(inp[a:a + step], tgt[a:a + step]))
         return torch.cat(out).view(b, k)
+
+
+def _check_chunk_size(chunk_size: object) -> int | None:
+    """``chunk_size`` (neighbour rows per model call) as an int >= 1, or None (planned within ``memory_budget``)."""
+    return None if chunk_size is None else check_int("chunk_size", chunk_size, 1,
+                                                     " (rows per model call; or None: planned within memory_budget)")
 
 
 def _left_padded(prompt_ids: Tensor, attention_mask: Tensor | None) -> tuple[Tensor, Tensor]:

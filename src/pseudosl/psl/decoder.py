@@ -18,10 +18,9 @@ import torch
 from torch import Tensor, nn
 
 from .. import memory
-from ..checks import check_sample
+from ..checks import check_int, check_sample
 from .engine import trainable_recurrence
 from .recurrent import RecurrentEngine, RecurrentSteps, State
-from .sampling import check_count
 
 __all__ = ["RecurrentDecoder", "DecoderSteps"]
 
@@ -40,10 +39,10 @@ class RecurrentDecoder(nn.Module):
                  cell: Literal["rnn", "lstm", "gru"] = "lstm", nonlinearity: str = "tanh", dropout: float = 0.0,
                  context_dim: int | None = None, step_dim: int = 0) -> None:
         super().__init__()
-        n_values, length = check_count("n_values", n_values, 2), check_count("length", length, 1)
-        hidden_size, num_layers = check_count("hidden_size", hidden_size, 1), check_count("num_layers", num_layers, 1)
-        step_dim = check_count("step_dim", step_dim, 0)
-        context_dim = None if context_dim is None else check_count("context_dim", context_dim, 1,
+        n_values, length = check_int("n_values", n_values, 2), check_int("length", length, 1)
+        hidden_size, num_layers = check_int("hidden_size", hidden_size, 1), check_int("num_layers", num_layers, 1)
+        step_dim = check_int("step_dim", step_dim, 0)
+        context_dim = None if context_dim is None else check_int("context_dim", context_dim, 1,
                                                                    " (or None for no context)")
         if cell not in ("rnn", "lstm", "gru"):
             raise ValueError(f"cell must be 'rnn', 'lstm' or 'gru', got {cell!r}")
@@ -125,7 +124,7 @@ class RecurrentDecoder(nn.Module):
         elif step_inputs is not None:
             batch = step_inputs.shape[0]
         elif batch_size is not None:
-            batch = check_count("batch_size", batch_size)
+            batch = check_int("batch_size", batch_size, 0)
         else:
             raise ValueError("pass context, step_inputs or batch_size to fix the number of samples")
         row_bytes = 8 * self.length + 4 * (self.n_values + 2 * self.num_layers * self.hidden_size)

@@ -57,11 +57,10 @@ import torch
 from torch import Tensor, nn
 
 from .. import checks, memory
-from ..checks import check_sample
+from ..checks import check_bool, check_int, check_sample
 from ..circuit import Circuit
 from ..tokens.constraint import Constraint, ValueMap
 from .neighbours import check_log_joint_output, local_conditionals
-from .sampling import check_count
 
 __all__ = ["Engine", "LogJointEngine", "exact_mode", "trainable_recurrence"]
 
@@ -124,7 +123,7 @@ class Engine(abc.ABC):
         rows = check_sample(sequences.reshape(b * k, n), self.vocab_size, "sequences")
         example = self.example_ids(b, rows.device).repeat_interleave(k)
         if chunk_size is not None:
-            check_count("chunk_size", chunk_size, 1)
+            check_int("chunk_size", chunk_size, 1)
         step = chunk_size or max(1, b * k)
         out = [self.log_joint(rows[a:a + step], example[a:a + step]) for a in range(0, b * k, step)]
         return torch.cat(out).view(b, k) if out else rows.new_zeros(b, k, dtype=torch.get_default_dtype())
@@ -155,7 +154,7 @@ class Engine(abc.ABC):
                 raise TypeError("example must be a 1-D long tensor of example ids")
             return self.check_example(example.to(device), example.shape[0])
         if batch_size is not None:
-            batch_size = check_count("batch_size", batch_size)
+            batch_size = check_int("batch_size", batch_size, 0)
             memory.check_fits(f"a sample of {batch_size:,} rows of {length} values", batch_size * (length + 1) * 8,
                               torch.device(device if device is not None else "cpu"), "pass a smaller batch_size",
                               elements=batch_size * length)
@@ -184,7 +183,7 @@ class Engine(abc.ABC):
             if self.length is None:
                 raise ValueError(f"{type(self).__name__} does not fix the sequence length: pass length=n")
             return self.length
-        length = check_count("length", length, 1)
+        length = check_int("length", length, 1)
         if self.length is not None and length != self.length:
             raise ValueError(f"this model generates sequences of length {self.length}, not length={length}")
         return length
@@ -211,8 +210,8 @@ class LogJointEngine(Engine):
         if not callable(log_joint):
             raise TypeError(f"log_joint must be callable (y (N, n), example (N,)) -> (N,), got {type(log_joint).__name__}")
         self.fn = log_joint
-        self.n_values = self.vocab_size = check_count("n_values", n_values, 2)
-        self.recompute = recompute
+        self.n_values = self.vocab_size = check_int("n_values", n_values, 2)
+        self.recompute = check_bool("recompute", recompute)
 
     def log_joint(self, y: Tensor, example: Tensor) -> Tensor:
         try:
@@ -292,8 +291,8 @@ def _full_precision(module: nn.Module) -> contextlib.AbstractContextManager:
 
 def engine_circuit(engine: "Engine", constraint: Circuit | Constraint) -> Circuit:
     """The circuit of ``constraint`` for ``engine``, or a named error: the engine is an :class:`Engine`, a
-    :class:`~pseudosl.Constraint` folds tokens as the engine does.  (The loss and constrained sampling check
-    their inputs with it before the model runs.)"""
+    :class:`~pseudosl.Constraint` folds tokens as the engine does, the circuit reads the engine's values (the one
+    check of it).  The loss and constrained sampling check their inputs with it before the model runs."""
     if not isinstance(engine, Engine):
         raise TypeError(f"engine must be a pseudosl engine, got {type(engine).__name__}; make one with "
                         "pseudosl.as_engine(model, ...) (a RecurrentDecoder, an nn.RNN/GRU/LSTM step model, "
@@ -302,7 +301,12 @@ def engine_circuit(engine: "Engine", constraint: Circuit | Constraint) -> Circui
         if constraint.value_map != engine.value_map:
             raise ValueError(f"the constraint folds tokens with {constraint.value_map} but the engine with "
                              f"{engine.value_map}; build the engine with value_map=constraint.value_map")
-        return constraint.circuit
-    if isinstance(constraint, Circuit):
-        return constraint
-    raise TypeError(f"circuit must be a pseudosl.Circuit or a pseudosl.Constraint, got {type(constraint).__name__}")
+        circuit = constraint.circuit
+    elif isinstance(constraint, Circuit):
+        circuit = constraint
+    else:
+        raise TypeError(f"circuit must be a pseudosl.Circuit or a pseudosl.Constraint, got {type(constraint).__name__}")
+    if engine.n_values != circuit.n_values:
+        raise ValueError(f"the model has {engine.n_values} values per position but the circuit has {circuit.n_values}; "
+                         f"compile the constraint over the model's values (or fold them with a ValueMap)")
+    return circuit

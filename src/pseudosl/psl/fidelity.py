@@ -41,9 +41,9 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..checks import check_sample
+from ..checks import check_bool, check_int, check_sample
+from ..errors import PseudoslError
 from .engine import Engine
-from .sampling import check_count
 
 __all__ = ["Fidelity", "local_fidelity", "SamplerRequiredError"]
 
@@ -52,7 +52,7 @@ _EXACT_LIMIT = 1 << 24  # sequences per example beyond which exact=True is refus
 _NORM_ATOL = 1e-3       # nats
 
 
-class SamplerRequiredError(ValueError):
+class SamplerRequiredError(PseudoslError, ValueError):
     """Monte-Carlo needs samples of the model and none can be drawn: pass ``sampler=``."""
 
 
@@ -168,18 +168,17 @@ def local_fidelity(engine: Engine, sample: Tensor, *, exact: bool | None = None,
         >>> f.method, f.entropy_model.shape, bool((f.kl_local_model >= 0).all())
         ('exact', torch.Size([2]), True)
     """
-    if exact is not None and not isinstance(exact, bool):
-        raise TypeError(f"exact must be True, False or None (exact iff k**n <= max_exact), got {exact!r}")
+    exact = check_bool("exact", exact, none="exact iff k**n <= max_exact")
     k = _check_engine(engine)
     sample = check_sample(sample, k)
     b, n = sample.shape
-    n_mc = check_count("n_mc", n_mc, 2, " (draws per example)")
+    n_mc = check_int("n_mc", n_mc, 2, " (draws per example)")
     if exact is None:
-        exact = k ** n <= check_count("max_exact", max_exact, 1)
+        exact = k ** n <= check_int("max_exact", max_exact, 1)
     if exact and k ** n > _EXACT_LIMIT:
         raise ValueError(f"exact=True would enumerate k**n = {k}**{n} sequences per example (limit {_EXACT_LIMIT}); "
                          "use exact=False (Monte-Carlo) or exact=None")
-    chunk_size = check_count("chunk_size", chunk_size, 1)
+    chunk_size = check_int("chunk_size", chunk_size, 1)
     with torch.no_grad():
         cond = engine.local_conditionals(sample).double()  # (B, n, k)
         if cond.isnan().any():

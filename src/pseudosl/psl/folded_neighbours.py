@@ -36,7 +36,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..logic.errors import check_int
+from ..checks import check_int
 from ..tokens.constraint import ValueMap, fold_classes
 
 __all__ = ["FoldedNeighbours", "Candidates"]
@@ -61,7 +61,8 @@ class FoldedNeighbours:
         value_map: the partition of the vocabulary into circuit values.
         top_k: the most likely tokens of each large class (the sample aside) scored exactly; at most the largest
             large class's size minus 1.
-        max_class_size: the classes of at most this many tokens (>= 1) are small: their tokens are distinguished.
+        max_class_size: the classes of at most this many tokens (>= 1; any larger int, e.g. ``2**63``, makes every
+            class small) are small: their tokens are distinguished.
         top_k_distinguished: the most likely distinguished tokens (the sample aside) scored exactly per position,
             the rest of each small class estimated (module docs); at most ``|D| - 1``; ``None``: every one exact.
     """
@@ -73,7 +74,7 @@ class FoldedNeighbours:
         self.max_class_size = check_int("max_class_size", max_class_size, low=1)
         lookup = value_map.lookup
         sizes = torch.bincount(lookup, minlength=value_map.n_values)
-        small = sizes <= self.max_class_size
+        small = sizes <= min(self.max_class_size, value_map.vocab_size)  # (no class is larger: any int is exact)
         distinguished = small[lookup]  # (V,)
         n_dist = int(distinguished.sum())
         large = (~small).nonzero().flatten()

@@ -15,7 +15,9 @@ and without recomputation every row's ``active`` is kept until backward; with re
 checkpointing per chunk) only the chunk being recomputed is.
 
 The plan (:func:`plan_neighbours`): recompute when keeping every row's activations would exceed the budget;
-chunks of at most ``budget / (cache + active)`` rows per position.  The default budget is a quarter of the memory
+chunks of at most ``budget / (cache + active)`` rows per position.  Whole sequences (``log_prob``: every token
+new, no cache to start from) run in chunks of ``budget / (cache + active)`` rows of their length
+(:func:`plan_rows`).  The default budget is a quarter of the memory
 free on the device, at most 1 GiB on a CPU: measured on SmolLM2-135M (docs/benchmarks.md, "The PSL on SmolLM2"), a
 step's resident peak above the loaded model is the plan plus the parameters' gradients and the base run: 2.24 GiB
 at batch 4, window 10 for a 1 GiB plan; ``memory_budget=`` on the engine trades memory for time: a larger budget
@@ -29,9 +31,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..memory import free_bytes
+from ..memory import format_bytes, free_bytes
 
-__all__ = ["LMShape", "NeighbourPlan", "plan_neighbours", "default_budget"]
+__all__ = ["LMShape", "NeighbourPlan", "plan_neighbours", "plan_rows", "default_budget", "MAX_LENGTH"]
+
+MAX_LENGTH = 1 << 20
+"""The longest sample a plan is made for (tokens), for a model that does not state its context: a plan costs a
+step per position."""
 
 CPU_BUDGET_CAP = 1 << 30
 """The largest default budget on a CPU (bytes)."""
@@ -96,7 +102,7 @@ class NeighbourPlan:
         mode = ("recomputation on (backward recomputes one chunk at a time)" if self.recompute
                 else "no recomputation" if self.grad else "without autograd")
         return (f"{self.rows} neighbour rows per position in chunks of {size} rows, {mode}; estimated peak "
-                f"{_mib(self.peak)} MiB within a budget of {_mib(self.budget)} MiB")
+                f"{format_bytes(self.peak)} within a budget of {format_bytes(self.budget)}")
 
 
 def default_budget(device: torch.device) -> int:
@@ -128,6 +134,12 @@ def plan_neighbours(shape: LMShape, *, rows: int, prompt: int, length: int, grad
     return NeighbourPlan(rows, chunks, recompute, grad, int(peak), int(budget))
 
 
+def plan_rows(shape: LMShape, *, tokens: int, budget: int) -> int:
+    """Rows of ``tokens`` new tokens each (whole sequences after their prompt, no cache) per model call within
+    ``budget`` bytes: ``budget / (cache + active)``, one at least."""
+    return max(1, budget // (shape.cache_bytes(tokens) + shape.active_bytes(tokens, 0)))
+
+
 def _field(config: object, *names: str) -> object:
     for name in names:
         value = getattr(config, name, None)
@@ -135,6 +147,3 @@ def _field(config: object, *names: str) -> object:
             return value
     return None
 
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:,.0f}"

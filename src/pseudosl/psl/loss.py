@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from .. import checks
-from ..checks import check_candidates, check_sample
+from ..checks import check_bool, check_candidates, check_sample
 from ..circuit import Circuit
 from ..losses import Reduction, check_circuits, constraint_log_prob, per_example, product_log_prob, reduce_loss
 from ..tokens.constraint import Constraint, sample_satisfies
@@ -81,9 +81,6 @@ def _check_inputs(engine: Engine, constraint: Constraints, sample: Tensor, candi
     if sample.shape[1] != circuit.n_vars:
         raise ValueError(f"sample has length {sample.shape[1]} but the circuit has {circuit.n_vars} positions; "
                          f"pass (B, {circuit.n_vars}) sequences (or compile the constraint for length {sample.shape[1]})")
-    if engine.n_values != circuit.n_values:
-        raise ValueError(f"the model has {engine.n_values} values per position but the circuit has {circuit.n_values}; "
-                         f"compile the constraint over the model's values (or fold them with a ValueMap)")
     if engine.value_map is None and sample.numel() and checks.reads_values(sample) and sample.max() >= circuit.n_values:
         raise ValueError(f"sample values must lie in 0..{circuit.n_values - 1} (the circuit's values); "
                          f"got a {int(sample.max())}")
@@ -158,6 +155,8 @@ def pseudo_semantic_loss(engine: Engine, circuit: Constraints, sample: Tensor, r
         >>> loss = pseudosl.pseudo_semantic_loss(pseudosl.as_engine(dec), circuit, y)
         >>> loss.backward()
     """
+    return_diagnostics, negate = check_bool("return_diagnostics", return_diagnostics), check_bool("negate", negate)
+    condition = check_bool("condition", condition)
     circuits, sample, candidates = _check_inputs(engine, circuit, sample, candidates, unexpected)
     circuit = circuits if isinstance(circuits, Circuit) else circuits[0]  # the shape the batch shares
     if sample.shape[0] == 0:  # an empty batch: nothing to score, the model is not called

@@ -27,8 +27,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from .. import checks
-from ..checks import check_candidates, check_positions, check_sample
-from ..logic.errors import check_int
+from ..checks import check_bool, check_candidates, check_int, check_positions, check_sample
 
 __all__ = ["local_conditionals", "neighbours", "check_sample", "check_positions", "check_candidates",
            "check_log_joint_output", "LogJoint"]
@@ -106,6 +105,7 @@ def local_conditionals(log_joint: LogJoint, sample: Tensor, *, n_values: int | N
     k = cand.shape[-1]
     pos = check_positions(positions, batch, n, sample.device)
     chunk_size = None if chunk_size is None else check_int("chunk_size", chunk_size, 1, " (or None: one call)")
+    recompute = check_bool("recompute", recompute)
     if batch == 0:
         return torch.zeros(0, n, k, device=sample.device)
     flat = neighbours(sample, cand).reshape(-1, n)  # (B*n*K, n), example-major

@@ -40,9 +40,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import checks
-from ..checks import check_candidates, check_positions, check_sample
+from ..checks import check_bool, check_candidates, check_int, check_positions, check_sample
 from .engine import Engine, exact_mode
-from .sampling import check_count, sample_from_logits
+from .sampling import sample_from_logits
 
 __all__ = ["RecurrentSteps", "EmbeddingSteps", "RecurrentEngine", "State"]
 
@@ -92,7 +92,7 @@ class EmbeddingSteps(RecurrentSteps):
                  head: Callable[[Tensor], Tensor], *, start: int, n_values: int | None = None,
                  length: int | None = None, state: State | None = None) -> None:
         self.module, self.rnn, self.embed, self._head = module, rnn, embed, head
-        self.start = check_count("start", start)
+        self.start = check_int("start", start, 0)
         n_embeddings = getattr(embed, "num_embeddings", None)
         if n_embeddings is not None and self.start >= n_embeddings:
             raise ValueError(f"start={self.start} is not an id of embed, an nn.Embedding of {n_embeddings} ids: pass the id "
@@ -102,8 +102,8 @@ class EmbeddingSteps(RecurrentSteps):
             if out is None:
                 raise ValueError("pass n_values=k: the head is not an nn.Linear, so its number of values is unknown")
             n_values = out
-        self.n_values = check_count("n_values", n_values, 2)
-        self.length = None if length is None else check_count("length", length, 1)
+        self.n_values = check_int("n_values", n_values, 2)
+        self.length = None if length is None else check_int("length", length, 1)
         self.state = state
         if state is not None:
             h = state[0] if isinstance(state, tuple) else state
@@ -161,7 +161,8 @@ class RecurrentEngine(Engine):
         if not isinstance(steps, RecurrentSteps):
             raise TypeError(f"steps must be a pseudosl.psl.RecurrentSteps, got {type(steps).__name__}")
         self.steps, self.rnn = steps, _check_rnn(steps.rnn)
-        self.module, self.dropout, self.fused = steps.module, dropout, fused
+        self.module, self.dropout = steps.module, check_bool("dropout", dropout)
+        self.fused = check_bool("fused", fused, none="fused on CUDA, step by step elsewhere")
         self.n_values = self.vocab_size = steps.n_values
         self.n_examples, self.length = steps.n_examples, steps.length
         self.dtype = self.rnn.weight_hh_l0.dtype
@@ -330,7 +331,7 @@ class _Rows:
         """Consecutive row ranges of about ``size`` rows (whole start positions where possible)."""
         total = len(self.i_host)
         if size is not None:
-            size = check_count("chunk_size", size, 1, " (or None)")
+            size = check_int("chunk_size", size, 1, " (or None)")
         step = total if size is None else size
         for a in range(0, total, step):
             z = min(a + step, total)

@@ -20,14 +20,10 @@ import torch
 from torch import Tensor
 
 from .. import checks
-from ..logic.errors import check_int
+from ..checks import check_bool, check_int
 
 
-def check_count(name: str, value: object, low: int = 0, fix: str = "") -> int:
-    """``value`` as an int ``>= low``: :func:`~pseudosl.logic.errors.check_int` with a default bound of 0."""
-    return check_int(name, value, low, fix)
-
-__all__ = ["sample_autoregressive", "sample_from_logits", "check_count"]
+__all__ = ["sample_autoregressive", "sample_from_logits"]
 
 
 def sample_from_logits(logits: Tensor, *, temperature: float = 1.0, top_p: float | None = None,
@@ -43,7 +39,7 @@ def sample_from_logits(logits: Tensor, *, temperature: float = 1.0, top_p: float
     so an autoregressive sampling loop on a GPU never waits for the device.  The check that a row has
     a possible value (no NaN, not all ``-inf``) runs on CPU tensors only (:mod:`pseudosl.checks`).
     """
-    if greedy:
+    if check_bool("greedy", greedy):
         return logits.argmax(-1)
     if not 0 < temperature < math.inf:  # also refuses NaN; inf would turn -inf logits into NaN (-inf / inf)
         raise ValueError(f"temperature must be a finite number > 0 (use greedy=True for argmax), got {temperature}")
@@ -78,7 +74,7 @@ def sample_autoregressive(step_fn: Callable[[Tensor], Tensor], length: int, *, b
     """
     if not callable(step_fn):
         raise TypeError(f"step_fn must map a (B, t) prefix to (B, k) logits, got {type(step_fn).__name__}")
-    length, batch_size = check_count("length", length, 1), check_count("batch_size", batch_size)
+    length, batch_size = check_int("length", length, 1), check_int("batch_size", batch_size, 0)
     y = torch.zeros(batch_size, 0, dtype=torch.long, device=device)
     with torch.no_grad():
         for _ in range(length):

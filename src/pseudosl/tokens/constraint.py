@@ -32,15 +32,19 @@ import torch
 from torch import Tensor
 
 from .. import checks
-from ..checks import check_sample
+from ..checks import check_int, check_root, check_sample
 from ..circuit import Circuit
 from ..compile import compile_automaton
 from ..logic.automaton import SparseDFA, forbidden_sequences_sparse_dfa
-from ..logic.errors import check_int
 from ..losses import constraint_log_prob
 
-__all__ = ["AutomatonConstraint", "Constraint", "ValueMap", "fold_classes", "no_forbidden_sequences",
+__all__ = ["AutomatonConstraint", "Constraint", "ValueMap", "MAX_VOCAB_SIZE", "fold_classes", "no_forbidden_sequences",
            "sample_satisfies"]
+
+
+MAX_VOCAB_SIZE = 1 << 22
+"""The largest vocabulary a value map or a word list is built for (4,194,304 tokens; the largest models' have about
+260K): a mistyped size (``10**9``) is refused by name before a table per token is made."""
 
 
 class ValueMap:
@@ -63,7 +67,7 @@ class ValueMap:
 
     def __init__(self, tokens: Sequence[int], vocab_size: int) -> None:
         toks = [check_int("a token", t) for t in tokens]
-        vocab_size = check_int("vocab_size", vocab_size, 1)
+        vocab_size = check_int("vocab_size", vocab_size, 1, high=MAX_VOCAB_SIZE)
         if len(set(toks)) != len(toks):
             raise ValueError("tokens must be distinct (a token would be counted twice)")
         if any(not 0 <= t < vocab_size for t in toks):
@@ -82,6 +86,7 @@ class ValueMap:
         if table.dim() != 1 or table.numel() < 2:
             raise ValueError(f"lookup must be a 1-D list of each token's value, over at least 2 tokens, got shape "
                              f"{tuple(table.shape)}")
+        check_int("the vocabulary (len(lookup))", table.numel(), high=MAX_VOCAB_SIZE)
         if table.is_floating_point() or table.dtype == torch.bool or table.is_complex():
             raise TypeError(f"lookup must hold integer values, got dtype {table.dtype}")
         table = table.long()
@@ -182,8 +187,7 @@ def sample_satisfies(circuit: Circuit, values: Tensor, allowed: Tensor | None = 
     elsewhere): the log WMC is 0 for a model and ``-inf`` otherwise.  Every root must hold, or root ``root`` only.
     """
     values = check_sample(values, circuit.n_values, "values")
-    if root is not None and not 0 <= check_int("root", root) < circuit.n_roots:
-        raise ValueError(f"root must be an int in 0..{circuit.n_roots - 1} (a root of the circuit), got {root!r}")
+    root = check_root(root, circuit.n_roots, every_root=True)
     one_hot = torch.full((*values.shape, circuit.n_values), float("-inf"), device=values.device)
     one_hot.scatter_(-1, values.unsqueeze(-1), 0.0)
     with torch.no_grad():

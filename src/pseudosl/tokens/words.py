@@ -30,10 +30,10 @@ import numpy as np
 
 from ..cache import cached_arrays
 from ..logic.automaton import SparseDFA
-from ..logic.errors import check_int
+from ..logic.checks import check_bool, check_int
 from ..logic.lift import lift_to_tokens
 from ..logic.words import check_words, words_byte_automaton
-from .constraint import AutomatonConstraint, ValueMap
+from .constraint import MAX_VOCAB_SIZE, AutomatonConstraint, ValueMap
 
 __all__ = ["no_forbidden_words", "token_byte_strings"]
 
@@ -69,8 +69,7 @@ def no_forbidden_words(words: Sequence[str], tokenizer: Any, *, ignore_case: boo
         [False, True, True]
     """
     words = check_words(words)
-    if not isinstance(ignore_case, bool):
-        raise TypeError(f"ignore_case must be a bool, got {type(ignore_case).__name__}")
+    ignore_case = check_bool("ignore_case", ignore_case)
     tokens = token_byte_strings(tokenizer, vocab_size)
     digest = hashlib.sha256(b"".join(b"-" if t is None else b"%d:" % len(t) + t for t in tokens)).hexdigest()
     key = ("no_forbidden_words", _VERSION, tuple(words), ignore_case, len(tokens), digest)
@@ -109,7 +108,7 @@ def token_byte_strings(tokenizer: Any, vocab_size: int | None = None) -> list[by
                          "concatenation of per-token bytes")
     vocab = backend.get_vocab(with_added_tokens=True)
     n_tokens = max(vocab.values()) + 1 if vocab else 0
-    size = n_tokens if vocab_size is None else check_int("vocab_size", vocab_size, low=2)
+    size = n_tokens if vocab_size is None else check_int("vocab_size", vocab_size, low=2, high=MAX_VOCAB_SIZE)
     if size < n_tokens:
         raise ValueError(f"vocab_size={size} is below the tokenizer's {n_tokens} token ids; pass the model's "
                          "vocabulary size (at least the tokenizer's)")

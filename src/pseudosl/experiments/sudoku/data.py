@@ -42,7 +42,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ...errors import StorageError
-from ...logic.errors import check_int
+from ...logic.checks import check_int
 from ..runs import atomic_path
 
 __all__ = ["SudokuData", "SIZES", "MIN_GIVENS", "box_shape", "board_size", "generate", "augment", "relabel_digits",

@@ -46,8 +46,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...errors import StorageError
-from ...logic.errors import check_int
+from ...errors import PseudoslError, StorageError
+from ...logic.checks import check_int
 from .grid import PROGRESS_FROM, shortest_paths
 
 __all__ = ["WarcraftDataError", "WarcraftSplit", "COSTS", "CLASS_NAMES", "N_VARIANTS", "SPLITS", "terrain",
@@ -70,7 +70,7 @@ _PALETTES = np.array([                               # 3 colours per class (RGB)
 _FORMAT = "v1"
 
 
-class WarcraftDataError(ValueError):
+class WarcraftDataError(PseudoslError, ValueError):
     """A data folder lacks a file, or a file has the wrong shape, dtype or values."""
 
 
