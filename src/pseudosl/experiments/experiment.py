@@ -68,6 +68,7 @@ class Experiment(abc.ABC, Generic[C]):
     presets: Path                              # folder of the shipped <name>.toml presets (config.preset_path)
     curve_metrics: tuple[str, ...] = ()        # metrics plotted in curves.png (default: all of ``metrics``)
     test_curves: bool = True                   # evaluate the test split at every evaluation (False: at the end only)
+    fidelity_models: tuple[str, ...] = ()      # globs of models whose seed-0 checkpoints `reproduce` measures
 
     @abc.abstractmethod
     def load_data(self, cfg: C) -> Splits: ...
@@ -97,6 +98,11 @@ class Experiment(abc.ABC, Generic[C]):
         """For ``pseudosl fidelity`` (autoregressive models): an engine bound to the first ``n_examples`` test
         inputs, the ``(B, n)`` anchors to approximate around, and how the anchors were drawn (one line)."""
         raise ValueError(f"pseudosl fidelity does not support the {self.name} experiment (no autoregressive model)")
+
+    def fidelity_language_model(self, cfg: C) -> str | None:
+        """For the fidelity block of ``pseudosl reproduce``: the ``from_pretrained`` folder (or model name) of the
+        language model this config's runs start from, if the experiment has one (detox); ``None`` otherwise."""
+        return None
 
     def selection_order(self, cfg: C | None = None) -> list[str]:
         """The validation metrics that select a checkpoint, in order (:func:`selection_score`, the one rule);
