@@ -75,8 +75,8 @@ class TokenConstraint:
 
     @property
     def n_values(self) -> int:
-        """Values per position the constraint reads."""
-        raise NotImplementedError
+        """Values per position the constraint reads (each subclass defines it from what it reads)."""
+        raise NotImplementedError(f"{type(self).__name__} subclasses TokenConstraint without defining n_values")
 
     def __post_init__(self) -> None:
         if self.value_map is not None:
