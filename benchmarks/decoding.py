@@ -20,7 +20,7 @@ multi-token word.  Cases: ``words`` (150 random words of 1-3 tokens over a 2,000
 to choose, while the processor's look-ahead never emits a 7 that must be continued), ``paper-scale`` (GPT-2's
 50,257 tokens, 250 random words, about 500 distinct tokens: a circuit of the detox experiment's size).
 
-**resample** (``pseudosl.constrained_sample`` vs ``engine.sample`` and the PSL's log-prob pass): a
+**resample** (``pseudosl.constrained_sample`` with Gen-C's ``LocalProposal()`` vs ``engine.sample`` and the PSL's log-prob pass): a
 ``RecurrentDecoder`` (LSTM, hidden 64, ``k = 4`` values, ``n = 12`` positions, untrained, its head scaled by 8 so
 that positions depend on each other) and "no two adjacent positions equal", batch ``--rows``.  Work is counted, not measured: token-steps of the recurrence (the anchor's
 ``B n``, the conditionals' ``B n + B k n (n - 1) / 2`` suffix steps, the weights' ``B K n``) and circuit edge-rows
@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from circuits import timeit  # noqa: E402
 
 import pseudosl  # noqa: E402
+from pseudosl.generation import LocalProposal  # noqa: E402
 from pseudosl.logic.categorical import all_of  # noqa: E402
 
 PROMPT = 8
@@ -188,7 +189,8 @@ def run_resample(rows: int, reps: int, device: str) -> None:
              "PSL log-prob pass": (psl, cond_steps, e * rows)}
     for kk in (1, 10, 100):
         cases[f"resample K={kk}"] = (
-            lambda kk=kk: pseudosl.constrained_sample(engine, circuit, batch_size=rows, num_candidates=kk, generator=gen),
+            lambda kk=kk: pseudosl.constrained_sample(engine, circuit, batch_size=rows, num_candidates=kk, generator=gen,
+                                                  proposal=LocalProposal()),
             base_steps + cond_steps + rows * kk * n, e * rows * (1 + kk))
     cases["mpe"] = (lambda: pseudosl.constrained_sample(engine, circuit, batch_size=rows, mode="mpe", generator=gen),
                     base_steps + cond_steps + rows * n, 2 * e * rows)
@@ -201,6 +203,7 @@ def run_resample(rows: int, reps: int, device: str) -> None:
         if name.startswith("resample"):
             kk = int(name.split("=")[1])
             out, diag = pseudosl.constrained_sample(engine, circuit, batch_size=rows, num_candidates=kk, generator=gen,
+                                                    proposal=LocalProposal(),
                                                     return_diagnostics=True)
             sat, ess = pseudosl.sample_satisfies(circuit, out).float().mean().item(), f"{diag.ess.mean().item():.2f}"
         elif name == "mpe":

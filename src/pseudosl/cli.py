@@ -2,11 +2,11 @@
 ``pseudosl reproduce``, ``pseudosl fidelity``.
 
 Every experiment registers itself in :data:`pseudosl.experiments.registry.EXPERIMENTS` (its name, a
-one-line help, and where to import its :class:`~pseudosl.experiments.harness.Experiment` and presets).
+one-line help, and where to import its :class:`~pseudosl.experiments.experiment.Experiment` and presets).
 The ``train`` flags are made from the experiment's config dataclass, one per field (``n_train`` ->
 ``--n-train``), so a flag and a TOML key are checked by the same code.  An experiment may contribute further steps
-(``Experiment.actions``: name -> help, run by ``Experiment.run_action(name, cfg)``, e.g. the detox
-experiment's ``pretrain`` and ``generate``); they take the same config flags as ``train``.
+(``Experiment.actions()``: name -> :class:`~pseudosl.experiments.experiment.Action`, its help and what it runs,
+e.g. the detox experiment's ``pretrain`` and ``generate``); they take the same config flags as ``train``.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
     exp = experiment(name)
     presets = sorted(p.stem for p in Path(exp.presets).glob("*.toml"))
     p = sub.add_parser(name, help=help_, description=f"{help_}. See docs/{name}.md.")
-    extra = dict(exp.actions)
+    extra = exp.actions()
     actions = p.add_subparsers(dest="action", required=True, metavar="{" + ",".join(["train", "eval", *extra]) + "}")
 
     t = actions.add_parser("train", help="train the models and write results, table and figures",
@@ -99,7 +99,7 @@ def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
                        help="candidates K of the resample decoder (default: each run's resample_candidates)")
     e.set_defaults(func=_eval, experiment_name=name, resample_candidates=None)
 
-    for action, action_help in extra.items():
+    for action, (action_help, _) in extra.items():
         a = actions.add_parser(action, help=action_help, description=f"{action_help}. Settings as for train.")
         _add_config_source(a, presets)
         a.set_defaults(func=_action, experiment_name=name, action_name=action,
@@ -114,16 +114,17 @@ def _add_config_source(parser: argparse.ArgumentParser, presets: list[str]) -> N
 
 
 def _load(args: argparse.Namespace):
-    from .experiments.config import load_config
+    from .experiments.config import load_config, preset_path
     exp = experiment(args.experiment_name)
-    path = args.config or (exp.preset_path("quick") if args.quick else exp.preset_path(args.preset) if args.preset else None)
+    preset = "quick" if args.quick else args.preset
+    path = args.config or (preset_path(exp.presets, preset) if preset else None)
     return exp, load_config(exp.config_class, path, **{k: vars(args)[k] for k in args.fields})
 
 
 def _action(args: argparse.Namespace) -> None:
     exp, cfg = _load(args)
     cfg.preflight()
-    exp.run_action(args.action_name, cfg)
+    exp.actions()[args.action_name].run(cfg)
 
 
 def _train(args: argparse.Namespace) -> None:

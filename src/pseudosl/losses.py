@@ -29,7 +29,7 @@ An unsatisfiable constraint has ``log P = -inf`` (loss ``+inf``) with zero, neve
 
 from __future__ import annotations
 
-from typing import Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -71,14 +71,18 @@ def check_circuits(circuits: Circuits, batch: int) -> list[Circuit]:
     return list(circuits)
 
 
-def per_example(circuits: Circuits, fn: Callable[..., Tensor], *rows: Tensor | None) -> Tensor:
+def per_example(circuits: Circuits | Any, fn: Callable[..., Any], *rows: Tensor | None) -> Any:
     """``fn(circuit, *rows)`` with example ``b`` (row ``b`` of every tensor in ``rows``; ``None`` stays ``None``)
-    scored by its own circuit ``circuits[b]``; results in the examples' order.  One circuit: one call on the
-    whole batch.  A sequence (:func:`check_circuits`): one call per distinct circuit object, on its examples."""
-    if isinstance(circuits, Circuit):
+    scored by its own circuit ``circuits[b]``; results in the examples' order.  The one place where "one circuit, or
+    one per example" is resolved (the losses and the shared decoders use it).  One circuit (or any single constraint
+    object, e.g. a :class:`pseudosl.Constraint`): one call on the whole batch.  A sequence (:func:`check_circuits`
+    for circuits): one call per distinct object, on its examples.  ``fn`` returns a ``(B, ...)`` tensor or a tuple of
+    them (``None`` entries stay ``None``)."""
+    if isinstance(circuits, (str, bytes)) or not isinstance(circuits, Sequence):
         return fn(circuits, *rows)
     first = next(r for r in rows if r is not None)
-    circuits = check_circuits(circuits, first.shape[0])
+    circuits = (check_circuits(circuits, first.shape[0]) if all(isinstance(c, Circuit) for c in circuits)
+                else _one_per_example(circuits, first.shape[0]))
     groups: dict[int, list[int]] = {}
     for b, c in enumerate(circuits):
         groups.setdefault(id(c), []).append(b)
@@ -91,7 +95,17 @@ def per_example(circuits: Circuits, fn: Callable[..., Tensor], *rows: Tensor | N
         order += examples
     inverse = torch.empty(len(order), dtype=torch.long)
     inverse[torch.tensor(order)] = torch.arange(len(order))
-    return torch.cat(parts)[inverse.to(first.device)]
+    inverse = inverse.to(first.device)
+    if isinstance(parts[0], tuple):
+        return tuple(None if p[0] is None else torch.cat(p)[inverse] for p in zip(*parts))
+    return torch.cat(parts)[inverse]
+
+
+def _one_per_example(constraints: Sequence[Any], batch: int) -> list[Any]:
+    if len(constraints) != batch:
+        raise ValueError(f"circuit: a sequence of {len(constraints)} constraints for a batch of {batch} examples; "
+                         "pass one per example (or one for all)")
+    return list(constraints)
 
 
 def log_probs_from_logits(circuit: Circuit, logits: Tensor) -> Tensor:

@@ -13,7 +13,9 @@ so ``diff docs/reproduction.md runs/reproduce/reproduction.md`` shows what a fre
 the document is ``reproduction.md`` for ``quick`` and ``paper`` and ``results.md`` for ``cpu`` and ``real``;
 ``write_docs=True`` (``--write-docs``) updates the tracked ``docs/<document>`` instead, ``report`` any
 file.  Text outside the markers (the paper's numbers, the notes) is left alone, so the report is
-hand-written prose around generated tables.  A block holds the command, the machine and its load, the
+hand-written prose around generated tables; markers that cannot delimit a block (a ``BEGIN`` whose ``END`` was lost,
+an ``END`` alone, a pair out of order or twice) are refused by name (:func:`check_markers`) before any run starts
+and before anything is written: replacing such a block would delete the hand-written text after it.  A block holds the command, the machine and its load, the
 wall time and the time per run, the table with the paired comparisons and the preset's note (the run's
 ``table.txt``), and the figures, copied next to the report into ``figures/``.  Extra sections (the
 fidelity study) register in :data:`SECTIONS`.
@@ -22,13 +24,15 @@ fidelity study) register in :data:`SECTIONS`.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["reproduce", "replace_section", "experiment_section", "SECTIONS", "MODES", "DOCUMENTS"]
+from .errors import PseudoslError
+
+__all__ = ["reproduce", "replace_section", "check_markers", "experiment_section", "ReportError", "SECTIONS", "MODES",
+           "DOCUMENTS"]
 
 MODES = ("quick", "cpu", "real", "paper")
 DOCUMENTS = {"quick": "reproduction.md", "paper": "reproduction.md", "cpu": "results.md", "real": "results.md"}  # mode -> docs/<file>
@@ -38,20 +42,46 @@ DOCUMENTS = {"quick": "reproduction.md", "paper": "reproduction.md", "cpu": "res
 SECTIONS: dict[str, str] = {"fidelity": "pseudosl.experiments.fidelity:reproduce_section"}
 
 
+class ReportError(PseudoslError, ValueError):
+    """The report's markers do not delimit its generated blocks: writing one would delete or misplace text."""
+
+
 def _section(name: str) -> Callable[[str, Path, Path, dict], str]:
     import importlib
     module, fn = SECTIONS[name].split(":")
     return getattr(importlib.import_module(module), fn)
 
 
-def replace_section(text: str, key: str, body: str) -> str:
+def check_markers(text: str, key: str, where: str) -> None:
+    """Refuse ``text`` (the report at ``where``) when the block ``key`` cannot be replaced without losing text: its
+    ``<!-- BEGIN key -->`` and ``<!-- END key -->`` markers must both be missing, or appear once each, in order."""
+    begin, end = f"<!-- BEGIN {key} -->", f"<!-- END {key} -->"
+    n_begin, n_end = text.count(begin), text.count(end)
+    if n_begin == n_end == 0 or (n_begin == n_end == 1 and text.index(begin) < text.index(end)):
+        return
+    if n_begin == 1 and n_end == 0:
+        problem = f"{begin} has no {end} after it"
+        fix = f"put {end} back where the generated block ends (the text after it is yours), or delete {begin}"
+    elif n_begin == 0:
+        problem, fix = f"{end} has no {begin} before it", f"delete {end} or put {begin} back where the block starts"
+    elif n_begin == n_end == 1:
+        problem, fix = f"{end} comes before {begin}", "put the markers back in order around the generated block"
+    else:
+        problem = f"{begin} appears {n_begin} times and {end} {n_end} times"
+        fix = "keep one pair around the generated block"
+    raise ReportError(f"{where}: {problem}, so writing the block {key!r} would delete or misplace text; {fix}. "
+                      f"The block was not written")
+
+
+def replace_section(text: str, key: str, body: str, where: str = "the report") -> str:
     """``text`` with the block between ``<!-- BEGIN key -->`` and ``<!-- END key -->`` set to ``body``
-    (appended at the end, with its markers, when the block is missing)."""
+    (appended at the end, with its markers, when the block is missing); markers that would lose text are refused
+    (:func:`check_markers`)."""
+    check_markers(text, key, where)
     begin, end = f"<!-- BEGIN {key} -->", f"<!-- END {key} -->"
     block = f"{begin}\n{body.strip()}\n{end}"
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
-    if pattern.search(text):
-        return pattern.sub(lambda _: block, text)
+    if begin in text:
+        return text[:text.index(begin)] + block + text[text.index(end) + len(end):]
     return text.rstrip("\n") + "\n\n" + block + "\n"
 
 
@@ -122,7 +152,7 @@ def reproduce(mode: str, report: Path | None = None, only: list[str] | None = No
     """Run ``mode`` (one of :data:`MODES`) for every experiment (or ``only`` those) and update the report:
     ``report``, else ``docs/<document>`` with ``write_docs``, else ``runs/<document>`` (see the module docs)."""
     from .experiments.registry import EXPERIMENTS, experiment
-    from .experiments.config import ConfigError, load_config
+    from .experiments.config import ConfigError, load_config, preset_path
     from .experiments.harness import train
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -139,6 +169,9 @@ def reproduce(mode: str, report: Path | None = None, only: list[str] | None = No
         start = report if report.exists() else tracked if tracked.exists() else None
         return start.read_text() if start is not None else "# Reproduction report\n"
 
+    for name in names:  # every block this call writes, checked before anything trains or is written
+        check_markers(current(), f"{mode}:{name}", str(report if report.exists() else tracked))
+
     results: dict[str, dict] = {}
     t0 = time.time()
     for name in names:
@@ -146,7 +179,7 @@ def reproduce(mode: str, report: Path | None = None, only: list[str] | None = No
             continue
         exp = experiment(name)
         try:
-            preset = exp.preset_path(mode)
+            preset = preset_path(exp.presets, mode)
         except ConfigError:
             print(f"{name}: no {mode} preset; skipped")
             continue
@@ -157,7 +190,7 @@ def reproduce(mode: str, report: Path | None = None, only: list[str] | None = No
         results[name] = result
         command = f"pseudosl {name} train --preset {mode} --out {out}"
         text = replace_section(current(), f"{mode}:{name}",
-                               experiment_section(exp, cfg, result, command, figures, "figures"))
+                               experiment_section(exp, cfg, result, command, figures, "figures"), str(report))
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(text)  # after every experiment: an interrupted reproduction keeps what it made
     for name in EXPERIMENTS:  # sections also see the runs of an earlier `reproduce --only ...`
@@ -166,7 +199,8 @@ def reproduce(mode: str, report: Path | None = None, only: list[str] | None = No
             results[name] = {**json.loads(saved.read_text()), "out": str(saved.parent)}
     for name in names:
         if name in SECTIONS:
-            text = replace_section(current(), f"{mode}:{name}", _section(name)(mode, runs / mode, figures, results))
+            text = replace_section(current(), f"{mode}:{name}", _section(name)(mode, runs / mode, figures, results),
+                                   str(report))
             report.parent.mkdir(parents=True, exist_ok=True)
             report.write_text(text)
     print(f"wrote {report} ({(time.time() - t0) / 60:.1f} min)")

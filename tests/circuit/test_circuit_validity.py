@@ -21,7 +21,7 @@ from pseudosl.logic.cnf import normalize_clauses
 from pseudosl.logic.dag import FALSE
 from pseudosl.logic.formula import variables
 from pseudosl.psl import RecurrentDecoder
-from pseudosl.tokens.constraint import ValueMap
+from pseudosl.tokens.value_map import ValueMap
 from pseudosl.logic.errors import CircuitFormatError, SizeLimitError
 from pseudosl.logic.checks import check_int
 

@@ -11,7 +11,8 @@ from pseudosl.errors import RunFolderError
 from pseudosl.experiments import loop
 from pseudosl.experiments.archive import main as archive_main
 from pseudosl.experiments.archive import missing_parts, pack, unpack
-from pseudosl.experiments.harness import CheckpointError, load_checkpoint, train
+from pseudosl.experiments.checkpoints import CheckpointError, load_checkpoint
+from pseudosl.experiments.harness import train
 from pseudosl.experiments.sudoku.config import SudokuConfig
 from pseudosl.experiments.sudoku.train import SudokuExperiment
 

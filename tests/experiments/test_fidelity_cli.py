@@ -7,7 +7,7 @@ import torch
 from accelerate import Accelerator
 
 from pseudosl.cli import main as cli_main
-from pseudosl.experiments.harness import train_run
+from pseudosl.experiments.loop import train_run
 from pseudosl.experiments.sudoku.config import SudokuConfig
 from pseudosl.experiments.sudoku.train import SudokuExperiment
 from pseudosl import CausalLMEngine, local_fidelity

@@ -10,7 +10,9 @@ import torch
 from pseudosl.cli import main as cli_main
 from pseudosl.experiments.checkpoints import checkpoint_bytes
 from pseudosl.experiments.config import ConfigError, load_config
-from pseudosl.experiments.harness import CheckpointError, evaluate_checkpoints, load_checkpoint, run_folder
+from pseudosl.experiments.checkpoints import CheckpointError, load_checkpoint
+from pseudosl.experiments.harness import evaluate_checkpoints
+from pseudosl.experiments.runs import run_folder
 from pseudosl.experiments.sudoku.config import SudokuConfig, preset_path
 from pseudosl.experiments.sudoku.train import SudokuExperiment
 
@@ -164,6 +166,36 @@ def test_report_blocks_are_replaced_in_place():
     assert added.endswith("<!-- BEGIN quick:b -->\nb\n<!-- END quick:b -->\n") and "new table" in added
 
 
+@pytest.mark.parametrize("text, named", [
+    ("# R\n<!-- BEGIN quick:a -->\nold table\nmy notes, written by hand\n", "<!-- BEGIN quick:a --> has no <!-- END"),
+    ("# R\nnotes\n<!-- END quick:a -->\n", "<!-- END quick:a --> has no <!-- BEGIN"),
+    ("<!-- END quick:a -->\nnotes\n<!-- BEGIN quick:a -->\n", "comes before"),
+    ("<!-- BEGIN quick:a -->\n1\n<!-- END quick:a -->\n<!-- BEGIN quick:a -->\nnotes\n", "appears 2 times")])
+def test_report_markers_that_would_lose_text_are_refused(text, named):
+    from pseudosl.reproduce import ReportError, replace_section
+    with pytest.raises(ReportError, match=re.escape(named)) as e:
+        replace_section(text, "quick:a", "new table", "docs/r.md")
+    assert "docs/r.md" in str(e.value) and "'quick:a'" in str(e.value)
+    assert replace_section(text, "quick:b", "b").startswith(text.rstrip("\n"))  # other blocks are not concerned
+
+
+def test_reproduce_refuses_a_lost_end_marker_before_anything_trains_or_is_written(tmp_path, monkeypatch, capsys):
+    """A report whose BEGIN marker lost its END: refused by name, the report unchanged, no run started."""
+    import pseudosl.experiments.sudoku.train as sudoku_train
+    monkeypatch.setattr(sudoku_train.SudokuExperiment, "load_data",
+                        lambda *a: (_ for _ in ()).throw(AssertionError("trained before the refusal")))
+    report = tmp_path / "docs" / "reproduction.md"
+    report.parent.mkdir()
+    text = "# Report\n<!-- BEGIN quick:sudoku -->\nold\nhand-written analysis after the block\n"
+    report.write_text(text)
+    with pytest.raises(SystemExit) as e:
+        cli_main(["reproduce", "--quick", "--only", "sudoku", "--report", str(report), "--runs", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "<!-- BEGIN quick:sudoku --> has no <!-- END quick:sudoku -->" in err
+    assert str(report) in err and "Traceback" not in err
+    assert report.read_text() == text and not (tmp_path / "runs").exists()
+
+
 def test_reproduce_quick_writes_the_report(tmp_path, monkeypatch):
     """The reproduce command on a tiny quick preset: trains, then fills the marked block of the report."""
     import pseudosl.experiments.sudoku.train as sudoku_train
@@ -211,7 +243,7 @@ def test_units_and_lower_is_better_metrics(tmp_path):
     """Selection negates lower-is-better metrics and ranks NaN last; tables, summaries and curves show units."""
     import math
 
-    from pseudosl.experiments.harness import format_table, selection_score, summarize
+    from pseudosl.experiments.summary import format_table, selection_score, summarize
     from pseudosl.experiments.plots import plot_curves
     from pseudosl.experiments.warcraft.train import WarcraftExperiment
 

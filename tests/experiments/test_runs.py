@@ -22,7 +22,8 @@ import torch
 from pseudosl.cli import main as cli_main
 from pseudosl.errors import RunFolderError, StorageError
 from pseudosl.experiments.checkpoints import save_checkpoint
-from pseudosl.experiments.harness import CheckpointError, evaluate_checkpoints, load_checkpoint
+from pseudosl.experiments.checkpoints import CheckpointError, load_checkpoint
+from pseudosl.experiments.harness import evaluate_checkpoints
 from pseudosl.experiments.runs import run_lock
 from pseudosl.experiments.sudoku.train import SudokuExperiment
 
@@ -209,6 +210,35 @@ def test_resume_cannot_go_back_in_epochs(tmp_path, capsys, monkeypatch):
     assert (out / "results.json").read_bytes() == before
 
 
+@pytest.mark.parametrize("content, named", [
+    ("[]", "holds a JSON list, not the object"), ('{"wall_s_calls": 5}', "wall_s_calls = 5 is not a list of seconds"),
+    ('{"wall_s_calls": [1.0, "2"]}', "is not a list of seconds"), ('{"wall_s_calls": [-3]}', "is not a list of seconds"),
+    ('{"runs": []}', "records no wall times"), ('{"wall_s": null}', "wall_s = None is not seconds"),
+    ("{half", "is not readable JSON"),
+    ('"text"', "holds a JSON str")])
+def test_resume_refuses_a_results_file_of_the_wrong_shape_before_recomputing(tmp_path, capsys, monkeypatch, content,
+                                                                             named):
+    """results.json records the wall time of each earlier call; one that is not the harness's is refused by name
+    before the data is made (not after every test row is recomputed), and left as it is."""
+    out = tmp_path / "out"
+    train(tmp_path, out)
+    (out / "results.json").write_text(content)
+    _no_data(monkeypatch)
+    err = refused(capsys, ["sudoku", "train", "--quick", "--models", "convnet", "--seeds", "0", "--data-dir",
+                           str(tmp_path / "d"), "--out", str(out), *TINY, "--resume"])
+    assert f"{out / 'results.json'}" in err and named in err and "delete it" in err, err
+    assert (out / "results.json").read_text() == content
+
+
+def test_resume_adds_its_wall_time_to_the_earlier_calls(tmp_path):
+    out = tmp_path / "out"
+    train(tmp_path, out)
+    first = json.loads((out / "results.json").read_text())["wall_s_calls"]
+    train(tmp_path, out, "--resume", "--epochs", "2")
+    calls = json.loads((out / "results.json").read_text())["wall_s_calls"]
+    assert len(first) == 1 and len(calls) == 2 and calls[0] == first[0]
+
+
 def test_resume_checks_every_checkpoint_before_the_data_is_made(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     train(tmp_path, out, "--seeds", "0", "1", "--jobs", "2")
@@ -248,7 +278,6 @@ def test_eval_counts_each_run_once_and_checks_the_folder_config(tmp_path, capsys
 
 # -- failed writes -------------------------------------------------------------------------------------------
 def test_full_disk_names_the_path_and_keeps_the_last_checkpoint(tmp_path, capsys, monkeypatch):
-    from pseudosl.experiments import harness
     out = tmp_path / "out"
     train(tmp_path, out)
     saved = load_checkpoint(out / "convnet-seed0" / "checkpoint.pt")
@@ -257,14 +286,14 @@ def test_full_disk_names_the_path_and_keeps_the_last_checkpoint(tmp_path, capsys
     def full_disk(obj, path):  # what torch did on a full tmpfs: part of the file, then this error
         Path(path).write_bytes(b"PK\x03\x04 part of a zip")
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 645760 vs 645648")
-    monkeypatch.setattr(harness.torch, "save", full_disk)
+    monkeypatch.setattr(torch, "save", full_disk)
     argv = ["sudoku", "train", "--quick", "--models", "convnet", "--seeds", "0", "--data-dir", str(tmp_path / "d"),
             "--out", str(out), *TINY, "--resume", "--epochs", "2"]
     err = refused(capsys, argv)
     assert f"could not write {out / 'convnet-seed0' / 'checkpoint.pt'}: [enforce fail" in err and "MiB left" in err
     assert [p.name for p in out.rglob(".tmp-*")] == []  # no temporary file left
     assert load_checkpoint(out / "convnet-seed0" / "checkpoint.pt")["epoch"] == saved["epoch"] == 1
-    monkeypatch.setattr(harness.torch, "save", real_save)
+    monkeypatch.setattr(torch, "save", real_save)
     real_write = Path.write_text
 
     def no_space(self, *a, **kw):
@@ -305,10 +334,10 @@ def test_atomic_path_names_write_failures_only(tmp_path, error, named):
 # -- worker processes ------------------------------------------------------------------------------------------
 PARENT = """
 import os, time
-from pseudosl.experiments.harness import _worker_pool
+from pseudosl.experiments.parallel import worker_pool
 
 if __name__ == "__main__":
-    pool = _worker_pool(2)
+    pool = worker_pool(2)
     pids = {pool.submit(os.getpid).result() for _ in range(8)}
     futures = [pool.submit(time.sleep, 300) for _ in range(2)]
     print(" ".join(map(str, sorted(pids))), flush=True)
@@ -364,9 +393,9 @@ def test_workers_end_when_their_parent_is_killed(tmp_path, how):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_workers_are_killed_by_the_kernel_when_their_parent_dies():
     """Not polled: the kernel sends SIGKILL to every worker the moment its parent ends (README: within a second)."""
-    from pseudosl.experiments.harness import _worker_pool
+    from pseudosl.experiments.parallel import worker_pool
     from pseudosl.experiments.runs import death_signal
-    with _worker_pool(2) as pool:
+    with worker_pool(2) as pool:
         assert {pool.submit(death_signal).result() for _ in range(4)} == {signal.SIGKILL}
 
 

@@ -23,7 +23,7 @@ import pseudosl
 from assertions import sample_fit
 from tiny_models import circuit_from_truth, tiny_gpt2
 from pseudosl import Circuit, CircuitBuilder
-from pseudosl.generation import UnsatisfiableError
+from pseudosl.generation import LocalProposal, UnsatisfiableError
 
 N, K_VALUES = 4, 3  # sequences of 4 values in 0..2: 81 of them
 
@@ -53,6 +53,13 @@ class GRU(nn.Module):
 
     def engine(self, n: int = N) -> pseudosl.Engine:
         return pseudosl.as_engine(self, rnn=self.rnn, embed=self.embed, head=self.out, start=self.k, length=n)
+
+
+def local_sample(*args, **kwargs):
+    """``pseudosl.constrained_sample`` with Gen-C's proposal, ``LocalProposal()`` (this file's subject; the default for
+    an autoregressive engine is ``RestartProposal``, tests/generation/test_proposals.py)."""
+    kwargs.setdefault("proposal", LocalProposal())
+    return pseudosl.constrained_sample(*args, **kwargs)
 
 
 def random_truth(seed: int, n: int = N, k: int = K_VALUES, density: float = 0.3) -> np.ndarray:
@@ -124,7 +131,7 @@ def test_every_output_satisfies_the_constraint(seed, mode):
     allowed[torch.tensor(sat).logical_not()] = True  # keep every example satisfiable
     g = torch.Generator().manual_seed(seed)
     kw = dict(num_candidates=5) if mode == "resample" else {}
-    y = pseudosl.constrained_sample(model.engine(), circuit, batch_size=64, mode=mode, allowed=allowed,
+    y = local_sample(model.engine(), circuit, batch_size=64, mode=mode, allowed=allowed,
                                     generator=g, **kw)
     assert y.shape == (64, N) and y.dtype == torch.long
     assert pseudosl.sample_satisfies(circuit, y, allowed).all()
@@ -149,7 +156,7 @@ def test_draws_follow_the_exact_output_distribution(k):
     circuit, log_p = circuit_from_truth(truth, N, K_VALUES), table_of(model)
     anchor = torch.tensor([[2, 0, 1, 1]])
     draws = 20_000
-    y = pseudosl.constrained_sample(model.engine(), circuit, anchor.expand(draws, N), num_candidates=k,
+    y = local_sample(model.engine(), circuit, anchor.expand(draws, N), num_candidates=k,
                                     generator=torch.Generator().manual_seed(k))
     got = counts(y)
     want = exact_output(log_p, truth, k, anchor[0])
@@ -180,7 +187,7 @@ def test_positions_fixed_by_allowed_are_not_computed_and_the_output_stays_exact(
     real = engine.local_conditionals
     engine.local_conditionals = lambda *a, **kw: seen.append(kw.get("positions")) or real(*a, **kw)
     draws = 20_000 if mode == "resample" else 1
-    y = pseudosl.constrained_sample(engine, circuit, anchor.expand(draws, N), mode=mode,
+    y = local_sample(engine, circuit, anchor.expand(draws, N), mode=mode,
                                     num_candidates=2 if mode == "resample" else None,
                                     allowed=allowed.expand(draws, N, K_VALUES),
                                     generator=torch.Generator().manual_seed(0))
@@ -200,11 +207,11 @@ def test_anchors_drawn_from_the_model_and_large_k_approach_the_target():
     model, truth = GRU(seed=3), random_truth(3)
     circuit, log_p = circuit_from_truth(truth, N, K_VALUES), table_of(model)
     engine, want = model.engine(), target(log_p, truth)
-    y2 = pseudosl.constrained_sample(engine, circuit, batch_size=20_000, num_candidates=2,
+    y2 = local_sample(engine, circuit, batch_size=20_000, num_candidates=2,
                                      generator=torch.Generator().manual_seed(0))
     l1, bound, _ = sample_fit(counts(y2), exact_output(log_p, truth, 2, keep=True))  # anchors y ~ p, averaged
     assert l1 <= bound, (l1, bound)
-    y16 = pseudosl.constrained_sample(engine, circuit, batch_size=40_000, num_candidates=16,
+    y16 = local_sample(engine, circuit, batch_size=40_000, num_candidates=16,
                                       generator=torch.Generator().manual_seed(1))
     l1, bound, _ = sample_fit(counts(y16), want)
     # with probability >= 1 - 1e-9, TV(K=16) <= l1 / 2 + bound / 2, which lies below the exact TV(K=2)
@@ -218,7 +225,7 @@ def test_mpe_is_the_argmax_of_the_local_distribution(seed):
     model, truth = GRU(seed=seed), random_truth(seed, density=0.2)
     circuit, table = circuit_from_truth(truth, N, K_VALUES), table_of(model).view((K_VALUES,) * N)
     anchors = model.engine().sample(batch_size=16, generator=torch.Generator().manual_seed(seed))
-    y, diag = pseudosl.constrained_sample(model.engine(), circuit, anchors, mode="mpe", return_diagnostics=True,
+    y, diag = local_sample(model.engine(), circuit, anchors, mode="mpe", return_diagnostics=True,
                                           keep_satisfying=False)
     ys = torch.as_tensor(oracle.assignments(N, K_VALUES))
     for b in range(16):
@@ -233,7 +240,7 @@ def test_mpe_is_the_argmax_of_the_local_distribution(seed):
 def test_ess_lies_in_one_to_k_and_the_weights_are_p_over_q():
     model, truth = GRU(seed=0), random_truth(0)
     circuit, table = circuit_from_truth(truth, N, K_VALUES), table_of(model)
-    y, diag = pseudosl.constrained_sample(model.engine(), circuit, batch_size=32, num_candidates=8,
+    y, diag = local_sample(model.engine(), circuit, batch_size=32, num_candidates=8,
                                           generator=torch.Generator().manual_seed(0), return_diagnostics=True,
                                           keep_satisfying=False)
     assert diag.candidates.shape == (32, 8, N) and diag.log_weights.shape == (32, 8)
@@ -252,7 +259,7 @@ def test_ess_lies_in_one_to_k_and_the_weights_are_p_over_q():
 def test_without_dependencies_the_weights_are_equal_and_one_candidate_is_exact():
     model, truth = GRU(seed=3, independent=True), random_truth(3)
     circuit, log_p = circuit_from_truth(truth, N, K_VALUES), table_of(model)
-    _, diag = pseudosl.constrained_sample(model.engine(), circuit, batch_size=16, num_candidates=6,
+    _, diag = local_sample(model.engine(), circuit, batch_size=16, num_candidates=6,
                                           generator=torch.Generator().manual_seed(0), return_diagnostics=True)
     torch.testing.assert_close(diag.ess, torch.full((16,), 6.0))  # p~_y = p: every weight is p(alpha)
     assert tv(exact_output(log_p, truth, 1), target(log_p, truth)) < ATOL64_FEW_OPS
@@ -311,7 +318,7 @@ def lm_proposal(vm: pseudosl.ValueMap, truth: np.ndarray, ys: torch.Tensor, log_
 def test_folded_vocabulary_outputs_are_tokens_that_satisfy_the_constraint(mode, map_name):
     constraint, _, engine, *_ = lm_setup(map_name)
     kw = dict(num_candidates=4) if mode == "resample" else {}
-    y = pseudosl.constrained_sample(engine, constraint, batch_size=64, mode=mode,
+    y = local_sample(engine, constraint, batch_size=64, mode=mode,
                                     generator=torch.Generator().manual_seed(0), **kw)
     assert y.shape == (64, N_LM) and constraint.satisfied(y).all()
     values = constraint.values(y)
@@ -326,7 +333,7 @@ def test_folded_vocabulary_draws_follow_the_exact_output_distribution(k, map_nam
     anchor = torch.tensor([1, 4, 2])
     q = lm_proposal(constraint.value_map, truth, ys, log_p, logits, anchor)
     torch.testing.assert_close(q.sum(), torch.tensor(1.0))
-    y = pseudosl.constrained_sample(engine, constraint, anchor[None].expand(10_000, N_LM), num_candidates=k,
+    y = local_sample(engine, constraint, anchor[None].expand(10_000, N_LM), num_candidates=k,
                                     generator=torch.Generator().manual_seed(k))
     got = torch.bincount(oracle.assignment_index(y, V), minlength=V ** N_LM).double()
     want = oracle.resampling_output(q, log_p, k)
@@ -343,7 +350,7 @@ def test_folded_vocabulary_draws_follow_the_exact_output_distribution(k, map_nam
 def test_folded_vocabulary_mpe_is_the_argmax_of_the_proposal(map_name):
     constraint, truth, engine, ys, log_p, logits = lm_setup(map_name)
     anchors = engine.sample(batch_size=12, length=N_LM, generator=torch.Generator().manual_seed(0))
-    y, diag = pseudosl.constrained_sample(engine, constraint, anchors, mode="mpe", return_diagnostics=True,
+    y, diag = local_sample(engine, constraint, anchors, mode="mpe", return_diagnostics=True,
                                           keep_satisfying=False)
     for b in range(12):
         q = lm_proposal(constraint.value_map, truth, ys, log_p, logits, anchors[b])
@@ -357,7 +364,7 @@ def test_folded_vocabulary_weights_are_p_over_the_proposal_of_the_tokens():
     constraint, truth, engine, ys, log_p, logits = lm_setup("classes")
     anchor = torch.tensor([5, 3, 0])
     q = lm_proposal(constraint.value_map, truth, ys, log_p, logits, anchor)
-    _, diag = pseudosl.constrained_sample(engine, constraint, anchor[None].expand(8, N_LM), num_candidates=5,
+    _, diag = local_sample(engine, constraint, anchor[None].expand(8, N_LM), num_candidates=5,
                                           generator=torch.Generator().manual_seed(0), return_diagnostics=True)
     index = oracle.assignment_index(diag.candidates.reshape(-1, N_LM), V).view(8, 5)
     torch.testing.assert_close(diag.log_q, q[index].log())
@@ -373,7 +380,7 @@ def test_one_unsatisfiable_error_class():
     engine = pseudosl.as_engine(_never_called, n_values=3)
     b = CircuitBuilder(N, 3)
     with pytest.raises(pseudosl.logic.errors.UnsatisfiableError, match="no satisfying assignment"):
-        pseudosl.constrained_sample(engine, Circuit(b.build(b.false())), torch.zeros(1, N, dtype=torch.long))
+        local_sample(engine, Circuit(b.build(b.false())), torch.zeros(1, N, dtype=torch.long))
     with pytest.raises(UnsatisfiableError, match="the CNF is unsatisfiable"):
         pseudosl.compile_cnf([[1], [-1]], cache=False)
 
@@ -387,35 +394,35 @@ def test_errors_are_named_before_the_model_runs():
     never = Circuit(b.build(b.false()))  # no model
     anchors = torch.zeros(2, N, dtype=torch.long)
     with pytest.raises(UnsatisfiableError, match="no satisfying assignment"):
-        pseudosl.constrained_sample(engine, never, anchors)
+        local_sample(engine, never, anchors)
     some = circuit_from_truth(random_truth(0), N, 3)
     allowed = torch.ones(2, N, 3, dtype=torch.bool)
     allowed[1] = False
     with pytest.raises(UnsatisfiableError, match=r"examples \[1\]"):
-        pseudosl.constrained_sample(engine, some, anchors, allowed=allowed)
+        local_sample(engine, some, anchors, allowed=allowed)
     with pytest.raises(ValueError, match="num_candidates=4 applies to mode='resample'"):
-        pseudosl.constrained_sample(engine, some, anchors, mode="mpe", num_candidates=4)
+        local_sample(engine, some, anchors, mode="mpe", num_candidates=4)
     with pytest.raises(ValueError, match="mode must be"):
-        pseudosl.constrained_sample(engine, some, anchors, mode="greedy")
+        local_sample(engine, some, anchors, mode="greedy")
     with pytest.raises(ValueError, match="num_candidates must be >= 1"):
-        pseudosl.constrained_sample(engine, some, anchors, num_candidates=0)
+        local_sample(engine, some, anchors, num_candidates=0)
     with pytest.raises(ValueError, match="length 3 but the circuit has 4"):
-        pseudosl.constrained_sample(engine, some, anchors[:, :3])
+        local_sample(engine, some, anchors[:, :3])
     with pytest.raises(ValueError, match="batch_size applies"):
-        pseudosl.constrained_sample(engine, some, anchors, batch_size=2)
+        local_sample(engine, some, anchors, batch_size=2)
     with pytest.raises(ValueError, match=r"allowed must have shape \(B, 4, 3\)"):
-        pseudosl.constrained_sample(engine, some, anchors, allowed=allowed[:, :, :2])
+        local_sample(engine, some, anchors, allowed=allowed[:, :, :2])
     with pytest.raises(ValueError, match="model has 2 values per position but the circuit has 3"):
-        pseudosl.constrained_sample(pseudosl.as_engine(_never_called, n_values=2), some, anchors)
+        local_sample(pseudosl.as_engine(_never_called, n_values=2), some, anchors)
     two = Circuit.from_dag(_two_roots())
     with pytest.raises(ValueError, match="2 roots.*pass root=r.*conjunction"):
-        pseudosl.constrained_sample(engine, two, anchors)
+        local_sample(engine, two, anchors)
     with pytest.raises(ValueError, match=r"root must be an int in 0..1 \(a root of the circuit\), got 2"):
-        pseudosl.constrained_sample(engine, two, anchors, root=2)
+        local_sample(engine, two, anchors, root=2)
     with pytest.raises(TypeError, match="root must be an int, got float 1.0"):
-        pseudosl.constrained_sample(engine, two, anchors, root=1.0)
+        local_sample(engine, two, anchors, root=1.0)
     with pytest.raises(TypeError, match="as_engine"):
-        pseudosl.constrained_sample(_never_called, some, anchors)
+        local_sample(_never_called, some, anchors)
 
 
 def _two_roots():
@@ -426,7 +433,7 @@ def _two_roots():
 def test_a_multi_rooted_circuit_with_root_satisfies_that_root():
     model = GRU(seed=0)
     two = Circuit.from_dag(_two_roots())
-    y = pseudosl.constrained_sample(model.engine(), two, batch_size=32, num_candidates=3, root=1,
+    y = local_sample(model.engine(), two, batch_size=32, num_candidates=3, root=1,
                                     generator=torch.Generator().manual_seed(0))
     assert (y[:, 1] <= 1).all()
 
@@ -439,12 +446,12 @@ def test_zero_probability_everywhere_on_the_constraint_is_named():
     b = CircuitBuilder(N, K_VALUES)
     last_is_two = Circuit(b.build(b.literal(N - 1, 2)))
     with pytest.raises(UnsatisfiableError, match="probability 0 to every assignment"):
-        pseudosl.constrained_sample(engine, last_is_two, torch.zeros(3, N, dtype=torch.long))
+        local_sample(engine, last_is_two, torch.zeros(3, N, dtype=torch.long))
 
 
 def test_an_empty_batch_gives_empty_outputs():
     model = GRU()
     circuit = circuit_from_truth(random_truth(0), N, K_VALUES)
-    y, diag = pseudosl.constrained_sample(model.engine(), circuit, torch.zeros(0, N, dtype=torch.long),
+    y, diag = local_sample(model.engine(), circuit, torch.zeros(0, N, dtype=torch.long),
                                           return_diagnostics=True)
     assert y.shape == (0, N) and diag.candidates.shape == (0, 16, N)

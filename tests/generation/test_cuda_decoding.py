@@ -3,7 +3,7 @@
 Each test runs the same inputs on the CPU and on the GPU and compares: MPE values and log-probabilities,
 marginals, the samples' log-partition (and that every sample satisfies the constraint), resampled and MPE
 outputs of a user-written GRU in train and eval mode, and ``generate`` with the processor on a tiny GPT-2.
-The queries must not synchronise with the host once warm.  Skipped without a CUDA device (``scripts/gpu.sh
+The circuit queries must not synchronise with the host once warm.  Skipped without a CUDA device (``scripts/gpu.sh
 tests`` runs them on a GPU).
 """
 
@@ -90,9 +90,10 @@ def test_logits_processor_on_cuda_ends_in_the_constraint():
 
 
 @pytest.mark.parametrize("dense", [True, False], ids=["dense tables", "exceptions per call"])
-def test_streaming_processor_on_cuda_matches_the_cpu_without_synchronising(dense, monkeypatch):
+def test_streaming_processor_on_cuda_matches_the_cpu(dense, monkeypatch):
     """Rows copied and shuffled between calls (as beam search does), an EOS and a token budget: the masks on the GPU
-    equal the CPU's, and a whole sequence of calls never waits for the device once warm."""
+    equal the CPU's.  (The processor reads each call's rows to tell a continuation from a new ``generate`` call:
+    one synchronisation per call, by design.)"""
     from pseudosl.generation import automaton_mask
     from test_streaming_processor import EOS, V, Automaton
     if not dense:
@@ -112,7 +113,6 @@ def test_streaming_processor_on_cuda_matches_the_cpu_without_synchronising(dense
     gpu = pseudosl.ConstraintLogitsProcessor(constraint, eos_token_id=EOS, max_new_tokens=steps)
     for want, got in zip(run(cpu, "cpu"), run(gpu, "cuda")):
         assert torch.equal(got.cpu(), want)
-    assert_no_host_sync(lambda: run(gpu, "cuda"))
 
 
 @pytest.mark.parametrize("decoding", [dict(do_sample=True, top_k=0), dict(num_beams=3, num_return_sequences=2)],

@@ -42,7 +42,7 @@ def kept(processor, input_ids: torch.Tensor, vocab: int, prompt_length: int) -> 
     for end in range(prompt_length, input_ids.shape[1] + 1):
         scores = torch.randn(input_ids.shape[0], vocab)
         out = processor(input_ids[:, :end], scores)
-    assert out is not scores or input_ids.shape[1] - prompt_length >= processor.n_positions
+    assert out is not scores and torch.equal(out[torch.isfinite(out)], scores[torch.isfinite(out)])
     return torch.isfinite(out)
 
 
@@ -88,7 +88,12 @@ def test_past_the_window_and_errors():
     processor = pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=2)
     scores = torch.randn(2, V)
     kept(processor, torch.zeros(2, 4, dtype=torch.long), V, 2)
-    assert processor(torch.zeros(2, 5, dtype=torch.long), scores) is scores  # 3 generated: the window is done
+    with pytest.raises(ValueError, match="one token past the window of 3 tokens.*max_new_tokens.*or call .reset"):
+        processor(torch.zeros(2, 5, dtype=torch.long), scores)  # generate past the window, or a new one on the output?
+    longer = pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=2, max_new_tokens=5)
+    kept(longer, torch.zeros(2, 4, dtype=torch.long), V, 2)
+    for end in (5, 6):  # 3, 4 generated: the window is done, nothing is masked
+        assert torch.equal(longer(torch.zeros(2, end, dtype=torch.long), scores), scores)
     with pytest.raises(ValueError, match="prompt_length=2 but the first call's input_ids hold 1 tokens"):
         pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=2)(torch.zeros(2, 1, dtype=torch.long), scores)
     with pytest.raises(ValueError, match="build the constraint with vocab_size=9"):
@@ -115,7 +120,7 @@ def test_a_value_with_exp_minus_114_of_the_completions_is_allowed():
     rest_zero = b.and_(*(b.literal(i, 0) for i in range(1, n)))
     circuit = pseudosl.Circuit(b.build(b.or_(b.and_(b.literal(0, 1), rest_zero), b.in_set(0, [0, 2, 3, 4, 5, 6, 7]))))
     processor = pseudosl.ConstraintLogitsProcessor(circuit, prompt_length=1)
-    assert processor.dtype == torch.float64
+    assert processor.compiled.dtype == torch.float64
     assert kept(processor, torch.zeros(1, 1, dtype=torch.long), k, 1).all()
     x = torch.zeros(1, n, k)  # the same marginal in float32 is 0: the dtype matters
     assert circuit.marginals(x)[0, 0, 1] == 0 and circuit.marginals(x.double())[0, 0, 1] > 0
@@ -172,7 +177,7 @@ def test_left_padded_prompts_early_end_and_a_longer_generation(gpt2):
     mask = torch.ones_like(prompts)
     mask[::2, :2] = 0  # every other prompt is two tokens, left-padded
     prompts = prompts.masked_fill(mask == 0, 0)
-    masks = LogitsProcessorList([pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=4)])
+    masks = LogitsProcessorList([pseudosl.ConstraintLogitsProcessor(constraint, prompt_length=4, max_new_tokens=N + 4)])
     torch.manual_seed(0)
     out = gpt2.generate(prompts, attention_mask=mask, logits_processor=masks, do_sample=True, top_k=0,
                         max_new_tokens=N + 4, pad_token_id=0)  # EOS (0) may end a row early; 4 tokens past the window

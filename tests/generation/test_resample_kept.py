@@ -17,7 +17,7 @@ import oracle
 import pseudosl
 from assertions import sample_fit
 from tiny_models import circuit_from_truth
-from test_constrained_sample import (GRU, K_VALUES, N, counts, exact_output, lm_setup, random_truth, table_of, target,
+from test_constrained_sample import (GRU, local_sample, K_VALUES, N, counts, exact_output, lm_setup, random_truth, table_of, target,
                                      tv)
 
 pytestmark = pytest.mark.usefixtures("float64_default")
@@ -38,13 +38,13 @@ def test_satisfying_anchors_come_back_unchanged_and_only_violators_are_resampled
     if with_allowed:
         assert (pseudosl.sample_satisfies(circuit, anchors) & ~sat).any()  # the allowed test has power
     kw = dict(num_candidates=4) if mode == "resample" else {}
-    y, diag = pseudosl.constrained_sample(model.engine(), circuit, anchors, mode=mode, allowed=allowed,
+    y, diag = local_sample(model.engine(), circuit, anchors, mode=mode, allowed=allowed,
                                           generator=torch.Generator().manual_seed(1), return_diagnostics=True, **kw)
     assert torch.equal(y[sat], anchors[sat]) and torch.equal(diag.kept, sat)
     assert (diag.chosen[sat] == -1).all() and (diag.chosen[~sat] >= 0).all()
     assert pseudosl.sample_satisfies(circuit, y, allowed).all()
     assert torch.equal(y[~sat], diag.candidates[~sat, diag.chosen[~sat]])
-    every, _ = pseudosl.constrained_sample(model.engine(), circuit, anchors, mode=mode, allowed=allowed,
+    every, _ = local_sample(model.engine(), circuit, anchors, mode=mode, allowed=allowed,
                                            generator=torch.Generator().manual_seed(1), return_diagnostics=True,
                                            keep_satisfying=False, **kw)
     assert torch.equal(y[~sat], every[~sat])  # the same draws: the generator advances alike, kept or not
@@ -56,7 +56,7 @@ def test_folded_vocabulary_keeps_satisfying_token_anchors():
     anchors = engine.sample(batch_size=32, length=3, generator=torch.Generator().manual_seed(0))
     sat = constraint.satisfied(anchors)
     assert sat.any() and not sat.all()
-    y = pseudosl.constrained_sample(engine, constraint, anchors, num_candidates=3,
+    y = local_sample(engine, constraint, anchors, num_candidates=3,
                                     generator=torch.Generator().manual_seed(0))
     assert torch.equal(y[sat], anchors[sat]) and constraint.satisfied(y).all()
 
@@ -67,7 +67,7 @@ def test_anchors_from_the_model_give_the_exact_kept_mixture(k):
     the check tells it from the every-anchor-resampled distribution and from the target."""
     model, truth = GRU(seed=6), random_truth(6, density=0.5)  # p(A) large enough that keeping it shows
     circuit, log_p = circuit_from_truth(truth, N, K_VALUES), table_of(model)
-    y = pseudosl.constrained_sample(model.engine(), circuit, batch_size=30_000, num_candidates=k,
+    y = local_sample(model.engine(), circuit, batch_size=30_000, num_candidates=k,
                                     generator=torch.Generator().manual_seed(k))
     got = counts(y)
     l1, bound, _ = sample_fit(got, exact_output(log_p, truth, k, keep=True))
@@ -103,7 +103,7 @@ def test_when_every_anchor_is_kept_nothing_runs_and_nothing_is_drawn():
     engine.local_conditionals = lambda *a, **kw: pytest.fail("the model ran")
     g = torch.Generator().manual_seed(0)
     state = g.get_state()
-    y = pseudosl.constrained_sample(engine, circuit, anchors, generator=g)
+    y = local_sample(engine, circuit, anchors, generator=g)
     assert torch.equal(y, anchors) and y.data_ptr() != anchors.data_ptr()
     assert torch.equal(g.get_state(), state)
 
@@ -118,6 +118,6 @@ def test_sample_satisfies_one_root_of_several():
     assert pseudosl.sample_satisfies(two, values, root=1).tolist() == [False, True, True]
     with pytest.raises(ValueError, match=r"root must be an int in 0..1 \(a root of the circuit\), got 2"):
         pseudosl.sample_satisfies(two, values, root=2)
-    y = pseudosl.constrained_sample(GRU(seed=0).engine(), two, values, num_candidates=3, root=1,
+    y = local_sample(GRU(seed=0).engine(), two, values, num_candidates=3, root=1,
                                     generator=torch.Generator().manual_seed(0))
     assert torch.equal(y[1:], values[1:]) and (y[:, 1] <= 1).all()

@@ -14,8 +14,9 @@ import torch
 import pseudosl
 from pseudosl.logic.automaton import DFA, SparseDFA, forbidden_sequences_dfa
 from pseudosl.logic.errors import UnsatisfiableError
-from pseudosl.generation import automaton_mask
-from pseudosl.tokens.constraint import AutomatonConstraint, ValueMap
+from pseudosl.generation import automaton_mask, banned, row_lineage
+from pseudosl.tokens.constraint import AutomatonConstraint
+from pseudosl.tokens.value_map import ValueMap
 from pseudosl.generation.row_lineage import RowLineage
 from tiny_models import tiny_gpt2
 
@@ -69,18 +70,21 @@ def feed(processor, ids: torch.Tensor, prompt_length: int) -> torch.Tensor:
     return torch.isfinite(out)
 
 
-@pytest.fixture(params=["dense", "sparse"])
+@pytest.fixture(params=["dense", "sparse", "no cache"])
 def tables(request, monkeypatch):
-    """Both ways of reading the automaton on the device: dense tables per state, and the exceptions per call."""
+    """Both ways of reading the automaton: a dense table, and the exceptions per step; and token lists that never
+    stay cached (every call rebuilds them: the byte limits at their smallest)."""
     if request.param == "sparse":
         monkeypatch.setattr(automaton_mask, "DENSE_ENTRIES", 0)
+    if request.param == "no cache":
+        monkeypatch.setattr(automaton_mask, "MASK_CACHE_BYTES", -1)
     return request.param
 
 
-@pytest.fixture(params=["gather", "catch-all"])
+@pytest.fixture(params=["banned lists", "allowed lists"])
 def mask_path(request, monkeypatch):
-    """Both ways of spreading the values' biases over the tokens: one gather, or a catch-all column plus the rest."""
-    monkeypatch.setattr(automaton_mask, "GATHER_ABOVE", 0.0 if request.param == "gather" else 1.0)
+    """Both ways of listing a state's mask: its banned tokens, or its allowed ones (a cleared row, then restored)."""
+    monkeypatch.setattr(banned, "KEEP_BELOW", 0.0 if request.param == "banned lists" else 1.01)
     return request.param
 
 
@@ -132,16 +136,36 @@ def test_rows_are_followed_through_reordering(seed, tables, mask_path):
             rows = torch.cat([rows[parents], torch.from_numpy(rng.integers(0, 3, (len(rows), 1)))], 1)
 
 
-def test_row_lineage_finds_an_equal_parent():
+@pytest.mark.parametrize("fingerprints", ["hashes", "all collide"])
+def test_row_lineage_finds_an_equal_parent(fingerprints, monkeypatch):
+    """Many equal rows and rows differing only far back; with every fingerprint equal the check by tokens still
+    finds the parents (the fallback), and a row that continues none is told apart."""
+    if fingerprints == "all collide":
+        monkeypatch.setattr(row_lineage, "fingerprints", lambda rows: torch.zeros(len(rows), dtype=torch.long))
     rng = np.random.default_rng(0)
     rows = torch.from_numpy(rng.integers(0, 2, (9, 3)))
     lineage = RowLineage(rows)
-    for _ in range(15):  # two token values: many equal rows, many rows differing only far back
+    for _ in range(15):
         true = torch.from_numpy(rng.integers(0, len(rows), len(rows)))
         new = torch.cat([rows[true], torch.from_numpy(rng.integers(0, 2, (len(rows), 1)))], 1)
-        found = lineage.parents(new)
-        assert torch.equal(rows[found], rows[true])
-        lineage.advance(new, found)
+        stranger = new.clone()
+        stranger[4, :-1] = 7  # continues no row
+        assert lineage.follow(stranger) == (False, None)
+        continues, found = lineage.follow(new)
+        assert continues and torch.equal(rows[found] if found is not None else rows, rows[true])
+        rows = new
+
+
+def test_row_lineage_scales_with_rows():
+    """1,024 rows (4 beams of 256 identical prompts) over 40 steps of reordering within each item."""
+    rng = np.random.default_rng(1)
+    rows = torch.zeros(1024, 1, dtype=torch.long)
+    lineage = RowLineage(rows)
+    for _ in range(40):
+        true = torch.from_numpy(np.arange(1024) // 4 * 4 + rng.integers(0, 4, 1024))
+        new = torch.cat([rows[true], torch.from_numpy(rng.integers(0, 50, (1024, 1)))], 1)
+        continues, found = lineage.follow(new)
+        assert continues and torch.equal(rows if found is None else rows[found], rows[true])
         rows = new
 
 
@@ -165,35 +189,15 @@ def test_a_wrong_prompt_length_is_refused_by_name(make):
 
 
 @pytest.mark.parametrize("window", [False, True], ids=["streaming", "window"])
-def test_calls_that_do_not_continue_are_refused(window):
-    constraint = pseudosl.no_forbidden_sequences([[3], [4, 4]], 4, V, cache=False) if window else words_constraint()
-    processor = pseudosl.ConstraintLogitsProcessor(constraint)
-    ids, scores = torch.tensor([[1, 2], [1, 1]]), torch.zeros(2, V)
-    processor(ids, scores)
-    ids3 = torch.cat([ids, torch.tensor([[1], [2]])], 1)
-    for bad in (ids, torch.cat([ids3, ids3[:, :1]], 1), ids3[:1]):  # the same length, two more tokens, fewer rows
-        with pytest.raises(ValueError, match="a call adds exactly one token to the same rows.*or call .reset()"):
-            processor(bad, scores[:len(bad)])
-    with pytest.raises(ValueError, match="row 1 does not start with the prompt of the first call"):
-        processor(torch.tensor([[1, 2, 1], [2, 1, 1]]), scores)
-    processor(ids3, scores)
-    if not window:
-        with pytest.raises(ValueError, match="row 0 continues no row of the last call.*new one for each generate"):
-            processor(torch.tensor([[1, 2, 2, 1], [1, 1, 2, 1]]), scores)
-    processor.reset()  # a new generate call
-    assert torch.isfinite(processor(torch.tensor([[2]]), scores[:1])).any()
-
-
-@pytest.mark.parametrize("window", [False, True], ids=["streaming", "window"])
 def test_bad_input_ids_are_refused_by_name(window):
     constraint = pseudosl.no_forbidden_sequences([[3], [4, 4]], 4, V, cache=False) if window else words_constraint()
     scores = torch.zeros(1, V)
     for token in (-1, 999):
-        with pytest.raises(ValueError, match=f"input_ids holds token {token} outside the vocabulary 0..4"):
+        with pytest.raises(ValueError, match=f"input_ids holds {token}, outside 0..4: pass the token ids"):
             pseudosl.ConstraintLogitsProcessor(constraint)(torch.tensor([[1, token]]), scores)
         processor = pseudosl.ConstraintLogitsProcessor(constraint)
         processor(torch.tensor([[1]]), scores)
-        with pytest.raises(ValueError, match=f"input_ids holds token {token} outside"):
+        with pytest.raises(ValueError, match=f"tokens holds {token}, outside 0..4.*input_ids' last column"):
             processor(torch.tensor([[1, token]]), scores)
     for dtype in (torch.float32, torch.bool):
         with pytest.raises(TypeError, match=f"input_ids must be an integer tensor of token ids.*{dtype}"):
@@ -216,14 +220,13 @@ def test_arguments_are_checked():
         make(words_constraint(), max_new_tokens=0)
     with pytest.raises(ValueError, match="root=0 picks a root of a circuit"):
         make(words_constraint(), root=0)
-    window = pseudosl.no_forbidden_sequences([[3]], 2, V, cache=False)
-    for kw in (dict(eos_token_id=0), dict(max_new_tokens=3)):
-        with pytest.raises(ValueError, match=f"{next(iter(kw))}=.* applies to an AutomatonConstraint"):
-            make(window, **kw)
-    processor = make(words_constraint(), max_new_tokens=2)
-    feed(processor, torch.ones(1, 2, dtype=torch.long), 1)
-    with pytest.raises(ValueError, match="generated token 3 but the processor was built with max_new_tokens=2"):
-        processor(torch.ones(1, 3, dtype=torch.long), torch.zeros(1, V))
+    window = pseudosl.no_forbidden_sequences([[3]], 3, V, cache=False)
+    with pytest.raises(ValueError, match="max_new_tokens=2 is below the window's 3 tokens.*max_new_tokens >= 3"):
+        make(window, max_new_tokens=2)
+    with pytest.raises(ValueError, match="eos_token_id holds 7, outside the vocabulary 0..4"):
+        make(window, eos_token_id=7)
+    with pytest.raises(TypeError, match="eos_token_id must be an int, got float"):
+        make(window, eos_token_id=0.0)
     # "an even length" in exactly 1 token: impossible; in at most 1 (the EOS may end the text at once): fine
     parity = AutomatonConstraint(SparseDFA(2, 3, 0, {0}, default=[[1, 1, 1], [0, 0, 0]], exceptions=[], row_of=[0, 1]),
                                  ValueMap([3, 4], V))

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oracle
+import pseudosl
 from tolerances import ATOL64
 from pseudosl import constraint_log_prob, semantic_loss
 from pseudosl.losses import constraint_entropy
@@ -131,3 +132,22 @@ def test_several_roots_count_unit_constraints_once(seed, negate, condition):
         g, = torch.autograd.grad(got[finite].sum(), logits, retain_graph=True)
         g_ref, = torch.autograd.grad(expect[finite].sum(), logits)
         assert torch.allclose(g, g_ref, atol=ATOL64)
+
+
+def test_per_example_returns_tuples_in_the_examples_order():
+    """``per_example`` is the one place where "one circuit, or one per example" is resolved; a function returning a
+    tuple (the decoders' values and weights) gets each part back in the examples' order, ``None`` parts kept."""
+    from pseudosl.losses import per_example
+    a, b = pseudosl.compile_cnf([[1, 2]]), pseudosl.compile_cnf([[1], [2]])
+    x = torch.arange(8.0).view(4, 2)
+    calls = []
+
+    def fn(c, rows):
+        calls.append((c, len(rows)))
+        return rows * (1 if c is a else -1), None
+    values, none = per_example([a, b, b, a], fn, x)
+    assert none is None and [n for _, n in calls] == [2, 2]
+    torch.testing.assert_close(values, x * torch.tensor([1.0, -1, -1, 1])[:, None], atol=0, rtol=0)
+    assert per_example(a, fn, x)[0] is not None and len(calls) == 3  # one circuit: one call on the whole batch
+    with pytest.raises(ValueError, match="3 constraints for a batch of 4"):
+        per_example([object()] * 3, fn, x)

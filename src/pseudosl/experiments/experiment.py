@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, NamedTuple, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 from .config import RunConfig
 from .objective import Objective
 
-__all__ = ["Experiment", "Splits"]
+__all__ = ["Action", "Experiment", "Splits"]
 
 C = TypeVar("C", bound=RunConfig)
 
@@ -41,10 +41,17 @@ class Splits:
         return self if self.for_seed is None else self.for_seed(seed)
 
 
+class Action(NamedTuple):
+    """An extra command-line step of an experiment (``pseudosl detox pretrain``): its help and what it runs."""
+
+    help: str
+    run: Callable[[Any], None]  # run(cfg)
+
+
 class Experiment(abc.ABC, Generic[C]):
     """What an experiment adds to the harness.  Metrics are percentages, higher is better, unless
     ``units`` names another unit (e.g. ``{"cost_ratio": "x"}``), ``lower_is_better`` lists them, or
-    ``selection_order`` (the validation order) says otherwise.
+    :meth:`selection_order` (the validation order) says otherwise.
 
     ``baselines`` pairs a constrained model with its base (``{"rnn_psl": "rnn"}``): every table then
     reports their per-seed difference with a 95 % interval and a verdict
@@ -62,19 +69,13 @@ class Experiment(abc.ABC, Generic[C]):
     paper: dict[str, dict[str, float]] = {}    # model -> metric -> the paper's value
     units: dict[str, str] = {}                 # metric -> unit shown in tables and plots (default "%")
     lower_is_better: frozenset[str] = frozenset()  # metrics where smaller is better (for model selection)
-    selection_metrics: tuple[str, ...] = ()    # validation order of the default selection (default: ``metrics``)
     baselines: dict[str, str] = {}             # constrained model -> its base model, compared seed by seed
     comparison_metrics: tuple[str, ...] = ()  # the metrics compared seed by seed (default: ``metrics``)
     decoders: dict[str, str] = {}              # extra test-time decoders: name -> label suffix of their rows
-    presets: Path                              # folder of the shipped <name>.toml presets
+    presets: Path                              # folder of the shipped <name>.toml presets (config.preset_path)
     curve_metrics: tuple[str, ...] = ()        # metrics plotted in curves.png (default: all of ``metrics``)
     test_curves: bool = True                   # evaluate the test split at every evaluation (False: at the end only)
-    actions: dict[str, str] = {}               # extra CLI steps (name -> help), run by ``run_action``
-
-    def preset_path(self, name: str) -> Path:
-        """The shipped preset ``<name>.toml``, or a named error listing the known ones."""
-        from .config import preset_path
-        return preset_path(self.presets, name)
+    fidelity_models: tuple[str, ...] = ()      # globs of models whose seed-0 checkpoints `reproduce` measures
 
     @abc.abstractmethod
     def load_data(self, cfg: C) -> Splits: ...
@@ -105,9 +106,15 @@ class Experiment(abc.ABC, Generic[C]):
         inputs, the ``(B, n)`` anchors to approximate around, and how the anchors were drawn (one line)."""
         raise ValueError(f"pseudosl fidelity does not support the {self.name} experiment (no autoregressive model)")
 
+    def fidelity_language_model(self, cfg: C) -> str | None:
+        """For the fidelity block of ``pseudosl reproduce``: the ``from_pretrained`` folder (or model name) of the
+        language model this config's runs start from, if the experiment has one (detox); ``None`` otherwise."""
+        return None
+
     def selection_order(self, cfg: C | None = None) -> list[str]:
-        """The validation metrics that select a checkpoint, in order (:func:`selection_score`, the one rule)."""
-        return list(self.selection_metrics or self.metrics)
+        """The validation metrics that select a checkpoint, in order (:func:`selection_score`, the one rule);
+        by default ``metrics``."""
+        return list(self.metrics)
 
     def primary(self, cfg: C) -> tuple[str, str, str] | None:
         """The comparison the experiment is run to decide, ``(row, base row, metric)``, named before the runs: the
@@ -131,6 +138,7 @@ class Experiment(abc.ABC, Generic[C]):
     def report(self, result: dict, out: Path) -> None:
         """Optional extra outputs (tables, figures) from the final ``results.json`` content, main process only."""
 
-    def run_action(self, action: str, cfg: C) -> None:
-        """Run the extra step ``action`` (one of ``actions``), e.g. ``pseudosl detox pretrain``."""
-        raise ValueError(f"{self.name}: unknown action {action!r}; choose from train, eval, {', '.join(self.actions)}")
+    def actions(self) -> dict[str, Action]:
+        """Extra command-line steps beside ``train`` and ``eval`` (name -> :class:`Action`), e.g.
+        ``pseudosl detox pretrain``; none by default."""
+        return {}

@@ -11,7 +11,7 @@ bits, mean ± std over the anchors, beside the paper's GPT-2 numbers (80.89 / 35
 
 Sources of ``(model, anchors)``:
 
-* a harness checkpoint: the experiment's :meth:`~pseudosl.experiments.harness.Experiment.fidelity_inputs`
+* a harness checkpoint: the experiment's :meth:`~pseudosl.experiments.experiment.Experiment.fidelity_inputs`
   (Sudoku: the RNN bound to the first test puzzles; anchors = its own samples, givens kept, eval mode);
 * a Hugging Face causal LM (``from_pretrained``; local folders work offline): :class:`pseudosl.CausalLMEngine`
   over the full vocabulary after a BOS prompt; anchors = windows of ``--length`` tokens sampled from the model
@@ -54,8 +54,7 @@ def checkpoint_inputs(path: str | Path, n_examples: int, device: str) -> Fidelit
     """The checkpoint's model (the one its table tested: :func:`.checkpoints.tested_weights`) on its experiment's
     test inputs (its seed's)."""
     from .registry import experiment
-    from .checkpoints import tested_weights
-    from .harness import CheckpointError, load_checkpoint
+    from .checkpoints import CheckpointError, load_checkpoint, tested_weights
     ckpt = load_checkpoint(Path(path))
     if "experiment" not in ckpt:
         raise CheckpointError(f"{path}: the checkpoint does not name its experiment")
@@ -173,41 +172,53 @@ def run_fidelity(run: FidelityRun, out: str | Path, *, n_mc: int = 1000, exact: 
 def reproduce_section(mode: str, runs: Path, figures: Path, results: dict) -> str:
     """The report's fidelity block (``pseudosl reproduce``): every model of the reproduction that has one.
 
-    Sudoku: the RNN and RNN + PSL checkpoints (seed 0) of the reproduction's Sudoku run, Monte-Carlo
-    (``9**81`` sequences).  Quick mode uses 8 anchors and 200 draws, paper mode 32 and 1000.
+    Each experiment's seed-0 checkpoints of the models its ``fidelity_models`` name (Sudoku: the RNN and RNN + PSL),
+    Monte-Carlo (``9**81`` sequences), and the language model an experiment starts from
+    (:meth:`~.experiment.Experiment.fidelity_language_model`; detox), on windows of 10 tokens as the paper's GPT-2.
+    Quick mode uses 8 anchors and 200 draws (4 for a language model), paper mode 32 and 1000 (16).
     """
     import shutil
+    from .config import ConfigError
+    from .registry import EXPERIMENTS, experiment
     n_examples, n_mc = (8, 200) if mode == "quick" else (32, 1000)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     blocks = []
-    for ckpt in sorted((runs / "sudoku").glob("rnn*-seed0/checkpoint.pt")):  # the RNN and every RNN + PSL variant
-        name = ckpt.parent.name.removesuffix("-seed0")
-        out = runs / "fidelity" / f"sudoku-{name}"
-        command = f"pseudosl fidelity --checkpoint {ckpt} --n-examples {n_examples} --n-mc {n_mc} --out {out}"
-        torch.manual_seed(0)  # as `pseudosl fidelity --seed 0`: the anchors are the model's own samples
-        result = run_fidelity(checkpoint_inputs(ckpt, n_examples, device), out, n_mc=n_mc,
-                              generator=torch.Generator(device).manual_seed(0))
-        figures.mkdir(parents=True, exist_ok=True)
-        png = f"fidelity-{mode}-sudoku-{name.replace('@', '-').replace('=', '')}.png"
-        shutil.copyfile(out / "fidelity_positions.png", figures / png)
-        blocks += [f"Command: `{command}` (seed 0).", "", "```", result["report"], "```", "",
-                   f"![per-position entropy, Sudoku {name}](figures/{png})", ""]
-    lm = _detox_language_model(results)
-    if lm is not None:  # the detox experiment's language model, on windows of 10 tokens as the paper's GPT-2
-        out = runs / "fidelity" / "detox-lm"
+    for name in EXPERIMENTS:
+        for pattern in experiment(name).fidelity_models:
+            for ckpt in sorted((runs / name).glob(f"{pattern}-seed0/checkpoint.pt")):
+                model = ckpt.parent.name.removesuffix("-seed0")
+                out = runs / "fidelity" / f"{name}-{model}"
+                command = f"pseudosl fidelity --checkpoint {ckpt} --n-examples {n_examples} --n-mc {n_mc} --out {out}"
+                torch.manual_seed(0)  # as `pseudosl fidelity --seed 0`: the anchors are the model's own samples
+                result = run_fidelity(checkpoint_inputs(ckpt, n_examples, device), out, n_mc=n_mc,
+                                      generator=torch.Generator(device).manual_seed(0))
+                figures.mkdir(parents=True, exist_ok=True)
+                png = f"fidelity-{mode}-{name}-{model.replace('@', '-').replace('=', '')}.png"
+                shutil.copyfile(out / "fidelity_positions.png", figures / png)
+                blocks += [f"Command: `{command}` (seed 0).", "", "```", result["report"], "```", "",
+                           f"![per-position entropy, {name.capitalize()} {model}](figures/{png})", ""]
+    for name, res in results.items():
+        exp = experiment(name)
+        try:
+            lm = exp.fidelity_language_model(exp.config_class(**res["config"]))
+        except (ConfigError, TypeError):  # results of another version of the config: no model to measure
+            lm = None
+        if lm is None:
+            continue
+        out = runs / "fidelity" / f"{name}-lm"
         n_lm = 4 if mode == "quick" else 16
         shown = _portable(lm)  # no machine path in the report
         command = f"pseudosl fidelity --hf-model {shown} --length 10 --n-examples {n_lm} --n-mc {n_mc} --out {out}"
         torch.manual_seed(0)
         gen = torch.Generator(device).manual_seed(0)
         run = hf_inputs(lm, 10, n_lm, device, generator=gen)
-        run.source = run.source.replace(lm, "the detox quick preset's language model")  # no machine path in the report
+        run.source = run.source.replace(lm, f"the {name} {mode} preset's language model")  # no machine path
         result = run_fidelity(run, out, n_mc=n_mc, generator=gen)
         figures.mkdir(parents=True, exist_ok=True)
-        png = f"fidelity-{mode}-detox-lm.png"
+        png = f"fidelity-{mode}-{name}-lm.png"
         shutil.copyfile(out / "fidelity_positions.png", figures / png)
         blocks += [f"Command: `{command}` (seed 0).", "", "```", result["report"], "```", "",
-                   f"![per-position entropy, the detox language model](figures/{png})", ""]
+                   f"![per-position entropy, the {name} language model](figures/{png})", ""]
     if not blocks:
         return f"No model to measure: run `pseudosl reproduce --{mode} --only sudoku detox fidelity`."
     return "\n".join(blocks)
@@ -218,15 +229,3 @@ def _portable(path: str) -> str:
     from ..cache import cache_dir
     root = str(cache_dir())
     return path.replace(root, "${PSEUDOSL_CACHE:-~/.cache/pseudosl}", 1) if path.startswith(root) else path
-
-
-def _detox_language_model(results: dict) -> str | None:
-    """The ``from_pretrained`` folder of the detox run's language model (the scratch GPT-2), if it ran."""
-    if "detox" not in results:
-        return None
-    from .detox.config import DetoxConfig
-    cfg = DetoxConfig(**results["detox"]["config"])
-    if cfg.model != "scratch":
-        return cfg.model
-    from .detox.pretrain import pretrain
-    return str(pretrain(cfg))  # cached by the run: returns the folder

@@ -1,8 +1,12 @@
-"""The one training harness every experiment runs through: folders, several runs, results, re-evaluation.
+"""The one training harness every experiment runs through: every model and seed of a config, then their table.
 
 An experiment is a subclass of :class:`~.experiment.Experiment`: its data, models, objective and metrics.  The
-training loop of one model and one seed is :func:`.loop.train_run` (a file of its own, read top to bottom); the
-harness owns everything else, the same for every experiment:
+harness has two entry points, the same for every experiment: :func:`train` (train every model of ``cfg.models`` for
+every seed, then write the results) and :func:`evaluate_checkpoints` (re-evaluate the checkpoints under a folder,
+one table per config).  Its parts live in modules of their own: the training loop of one model and one seed
+(:func:`.loop.train_run`, read top to bottom), run folders (:mod:`.runs`), checkpoints (:mod:`.checkpoints`),
+several runs at a time (:mod:`.parallel`), the files of a table (:mod:`.results`) and its statistics
+(:mod:`.summary`, :mod:`.convergence`).  Together:
 
 * seeds: model ``seed`` seeds torch / numpy / random; the batch order is a function of
   ``(seed, epoch)`` only, so a resumed run sees the same batches;
@@ -25,9 +29,9 @@ harness owns everything else, the same for every experiment:
   config overrides (a weight grid in one run); each variant is its own row and folder;
 * extra decoders: ``decoders = ["constrained"]`` evaluates every selected checkpoint once more per decoder
   (``Experiment.decoders``), each a row of its own; ``eval --decoders`` adds them to trained runs;
-* results: ``results.json`` (config, per-run metrics and curves, mean ± std per row, the paired
+* results (:mod:`.results`): ``results.json`` (config, per-run metrics and curves, mean ± std per row, the paired
   comparisons with their base models, the training lengths and the paired differences per epoch, the paper's
-  numbers, machine), ``table.txt`` (table, comparisons, how checkpoints were selected, how long the runs trained
+  numbers, machine; ``--resume`` checks its shape before recomputing anything), ``table.txt`` (table, comparisons, how checkpoints were selected, how long the runs trained
   and whether they reached the epoch cap still improving, i.e. are not converged, the preset's ``note``),
   ``curves.png``, ``paired_by_epoch.png`` (each constrained model minus its base at every epoch of the budget)
   and the experiment's example figure (tables and statistics: :mod:`pseudosl.experiments.summary`, training
@@ -38,53 +42,33 @@ harness owns everything else, the same for every experiment:
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
-from ..errors import PseudoslError, RunFolderError, StorageError
+from ..errors import PseudoslError, RunFolderError
 from ..logic.checks import check_int
 from .checkpoints import CheckpointError, check_continuable, load_checkpoint, load_weights, tested_weights
 from .config import ConfigError, RunConfig, model_variant
-from .convergence import (EPOCH_RULE, format_late_change, format_patience_reading, format_training, paired_by_epoch,
-                          patience_reading, training_lengths)
 from .experiment import Experiment, Splits
-from .loop import evaluate_model, save, seed_all, train_run
-from .runs import (LOCK, MANIFEST, atomic_path, check_identity, check_manifest, check_out_folder, run_dirs,
-                   run_lock, watch_parent, write_manifest)
-from .summary import (choose_on_validation, fill_decoder_labels, format_findings, format_table, holm_adjust,
-                      model_label, paired_comparisons, row_key, selection_reason, selection_score, summarize, unit)
+from .loop import evaluate_model, make_accelerator, train_run
+from .parallel import train_parallel
+from .results import earlier_wall, tables, write_results
+from .runs import (LOCK, MANIFEST, check_identity, check_manifest, check_out_folder, run_dirs, run_folder, run_lock,
+                   write_manifest)
+from .summary import selection_reason, unit
 
-__all__ = ["Experiment", "Splits", "train", "train_run", "run_folder", "evaluate_checkpoints", "summarize",
-           "format_table", "load_checkpoint", "make_accelerator", "CheckpointError", "model_label",
-           "selection_score", "unit", "check_decoders", "save", "seed_all"]
-
-
-def make_accelerator():
-    """An ``accelerate.Accelerator``; without a GPU a gloo CPU group under ``accelerate launch``."""
-    from accelerate import Accelerator
-    # without a GPU, Accelerator() ignores a torchrun / accelerate-launch world of several processes;
-    # cpu=True makes it a gloo MULTI_CPU group (and a plain single process otherwise)
-    return Accelerator(cpu=not torch.cuda.is_available())
+__all__ = ["train", "evaluate_checkpoints", "check_decoders"]
 
 
-# -- folders and checkpoints ----------------------------------------------------------------------
-def run_folder(exp: Experiment, cfg: RunConfig) -> Path:
-    """``cfg.out``, or ``runs/<experiment>/<preset>-<content key>``."""
-    return Path(cfg.out) if cfg.out else Path("runs") / exp.name / f"{cfg.preset}-{cfg.content_key()}"
-
-
-def _prepare_folder(exp: Experiment, cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> None:
+def _prepare_folder(exp: Experiment, cfg: RunConfig, out: Path, resume: bool, overwrite: bool) -> list[float]:
     """Refuse to replace checkpoints silently, to mix configs, or to leave runs out of the folder's results
     (``results.json`` and ``table.txt`` always describe every run of the folder); ``resume`` with nothing to
-    resume is an error.  Runs under the folder's lock."""
+    resume is an error.  Runs under the folder's lock.  Returns the wall times of the earlier calls that wrote the
+    folder's results (``resume``: :func:`.results.earlier_wall`, its shape checked now)."""
     if resume and overwrite:
         raise ConfigError("--resume and --overwrite exclude each other")
     found = run_dirs(out)
@@ -112,9 +96,10 @@ def _prepare_folder(exp: Experiment, cfg: RunConfig, out: Path, resume: bool, ov
             for seed in cfg.seeds:
                 if (path := found.get(f"{name}-seed{seed}")) is not None:
                     check_continuable(load_checkpoint(path, exp.name), cfg, name, seed, path)
+    return earlier_wall(out) if resume else []
 
 
-# -- one model, one seed --------------------------------------------------------------------------
+# -- decoders -----------------------------------------------------------------------------------------
 def check_decoders(exp: Experiment, decoders: list[str]) -> None:
     """Refuse decoders the experiment does not implement, before any work."""
     bad = [d for d in decoders if d not in exp.decoders]
@@ -123,85 +108,7 @@ def check_decoders(exp: Experiment, decoders: list[str]) -> None:
         raise ConfigError(f"decoders: {exp.name} has no decoder {', '.join(map(repr, bad))}; known: {known}")
 
 
-# -- summary ----------------------------------------------------------------------------------------
-def _rows(runs: list[dict], models: list[str]) -> tuple[list[dict], list[str]]:
-    """Per-run records of every table row (a model's greedy decoding, then each extra decoder) and the rows."""
-    records, keys = [], []
-    decoders = list(dict.fromkeys(d for r in runs for d in r.get("decoded", {})))
-    for decoder in [None, *decoders]:
-        for name in models:
-            key = row_key(name, decoder)
-            for r in runs:
-                if r["model"] == name and (decoder is None or decoder in r.get("decoded", {})):
-                    metrics = r["decoded"][decoder] if decoder else {}
-                    records.append({**{k: v for k, v in r.items() if k != "decoded"}, **metrics, "model": key})
-                    keys.append(key)
-    return records, list(dict.fromkeys(keys))
-
-
-def _tables(exp: Experiment, cfg: RunConfig, runs: list[dict], models: list[str], title: str) -> dict:
-    """Summary, paired comparisons (at the end and per epoch), training lengths and the text of the table for
-    ``runs`` (one config)."""
-    labels = fill_decoder_labels(exp.decoders, cfg.to_dict())  # "resample {resample_candidates}" -> "resample 16"
-    records, rows = _rows(runs, models)
-    summary, comparisons, chosen = _compared(exp, cfg, records, rows)
-    lengths = training_lengths(runs, cfg.epochs)
-    training = format_training(exp, lengths, cfg.epochs, cfg.patience, labels, cfg.test_checkpoint == "last")
-    if cfg.test_checkpoint == "last":  # a common budget: had every row stopped improving on the test by its end?
-        training = "\n\n".join(t for t in (training, format_late_change(exp, runs, list(models), exp.metrics[0],
-                                                                          cfg.epochs, labels)) if t)
-    readings, read = "", None
-    if cfg.patience_reading is not None:  # the same runs as early stopping would have tested them
-        read_runs = [r for r in (patience_reading(exp, cfg, run, cfg.patience_reading) for run in runs) if r]
-        read_records, read_rows = _rows(read_runs, models)
-        read_summary, read_comparisons, _ = _compared(exp, cfg, read_records, read_rows)
-        read = {"patience": cfg.patience_reading, "summary": read_summary, "comparisons": read_comparisons,
-                "training": training_lengths(read_runs, cfg.epochs)}
-        readings = format_patience_reading(exp, cfg, read_summary, read_comparisons, read_records, read["training"],
-                                           labels)
-    findings = format_findings(exp, comparisons, records + chosen, cfg.note, exp.selection_order(cfg), labels,
-                               training, exp.primary(cfg), readings)
-    return {"summary": summary, "comparisons": comparisons, "findings": findings, "patience_reading": read,
-            "training": {"epochs": cfg.epochs, "patience": cfg.patience, "rows": lengths},
-            "paired_by_epoch": {"rule": EPOCH_RULE, "curves": paired_by_epoch(exp, cfg, records, rows)},
-            "text": format_table(exp, summary, title, labels) + ("\n\n" + findings if findings else "")}
-
-
-def _compared(exp: Experiment, cfg: RunConfig, records: list[dict], rows: list[str]) -> tuple[dict, list[dict],
-                                                                                                 list[dict]]:
-    """The summary and the paired comparisons (Holm-adjusted, the primary one left out) of ``records``, with the
-    experiment's rows chosen on validation (their records, also returned) placed after their last candidate."""
-    chosen, all_rows = [], list(rows)
-    for key, candidates in exp.chosen_rows(cfg).items():
-        picked = choose_on_validation(exp, cfg, records, [c for c in candidates if c in rows], key)
-        if picked:
-            chosen += picked
-            all_rows.insert(max(all_rows.index(c) for c in candidates if c in rows) + 1, key)
-    summary = summarize(records + chosen, exp.metrics, all_rows)
-    comparisons = holm_adjust(paired_comparisons(exp, records + chosen, all_rows, exp.contrasts(cfg)),
-                              exp.primary(cfg))
-    return summary, comparisons, chosen
-
-
-def _machine() -> dict:
-    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({platform.processor() or platform.machine()})"
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")  # > cores: the machine was shared
-    return {"device": dev, "torch": torch.__version__, "python": platform.python_version(),
-            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "load_avg_1min": load}
-
-
 # -- entry points -----------------------------------------------------------------------------------
-def _earlier_wall(out: Path) -> list[float]:
-    """The wall times of the earlier calls that wrote ``out/results.json`` (none when there is none): a table made
-    in parts (``--resume``) reports them all."""
-    try:
-        earlier = json.loads((out / "results.json").read_text())
-    except (OSError, ValueError):
-        return []
-    calls = earlier.get("wall_s_calls", [earlier.get("wall_s")])
-    return [float(w) for w in calls if isinstance(w, (int, float))]
-
-
 def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool = False) -> dict:
     """Train every model of ``cfg.models`` for every seed, then write results, table and figures.
 
@@ -215,22 +122,23 @@ def train(exp: Experiment, cfg: RunConfig, resume: bool = False, overwrite: bool
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if not accelerator.is_main_process:  # the main process checks and locks the folder (a refusal ends the launch)
-        return _train(exp, cfg, out, accelerator, resume)
+        return _train(exp, cfg, out, accelerator, resume, [])
     created = not out.exists()
     try:
         with run_lock(out) as stale:
             if stale:
                 print(f"{out}: taking over the lock of a run that ended without releasing it ({stale})")
-            _prepare_folder(exp, cfg, out, resume, overwrite)  # before any data is made
+            earlier = _prepare_folder(exp, cfg, out, resume, overwrite)  # before any data is made
             write_manifest(out, exp.name, cfg)
-            return _train(exp, cfg, out, accelerator, resume)
+            return _train(exp, cfg, out, accelerator, resume, earlier)
     except PseudoslError:
         if created and out.is_dir() and not any(p.name not in (LOCK, MANIFEST) for p in out.iterdir()):
             shutil.rmtree(out, ignore_errors=True)  # refused before any run wrote to it: leave no empty folder
         raise
 
 
-def _train(exp: Experiment, cfg: RunConfig, out: Path, accelerator: Any, resume: bool) -> dict:
+def _train(exp: Experiment, cfg: RunConfig, out: Path, accelerator: Any, resume: bool,
+           earlier_wall_s: list[float]) -> dict:
     t0 = time.time()
     splits = exp.load_data(cfg)
     if cfg.patience is not None and splits.val is None:
@@ -242,81 +150,16 @@ def _train(exp: Experiment, cfg: RunConfig, out: Path, accelerator: Any, resume:
         raise ConfigError(f"jobs = {cfg.jobs} runs several trainings in worker processes; under a multi-process "
                           f"launch ({accelerator.num_processes} processes) use jobs = 1")
     if cfg.jobs > 1 and len(pairs) > 1:
-        runs = _train_parallel(exp, cfg, pairs, out, resume)
+        runs = train_parallel(exp, cfg, pairs, out, resume)
     else:
         runs = [train_run(exp, cfg, name, seed, splits, accelerator, out, resume=resume) for name, seed in pairs]
     for r in runs:
         accelerator.print(f"[{r['model']} seed {r['seed']}] test " + ", ".join(f"{m} {r[m]:.2f}{unit(exp, m)}"
                                                                           for m in exp.metrics)
                           + f" ({r['wall_s']:.0f}s, CPU {r['cpu_s']:.0f}s)")
-    tables = _tables(exp, cfg, runs, cfg.models, _title(exp, cfg, splits))
-    wall_calls = (_earlier_wall(out) if resume else []) + [time.time() - t0]  # a resumed table: every call's wall
-    summary = tables["summary"]
-    result = {"experiment": exp.name, "config": cfg.to_dict(), "content_key": cfg.content_key(), "summary": summary,
-              "comparisons": tables["comparisons"], "findings": tables["findings"], "training": tables["training"],
-              "paired_by_epoch": tables["paired_by_epoch"], "patience_reading": tables["patience_reading"],
-              "paper": exp.paper, "wall_s": wall_calls[-1], "wall_s_calls": wall_calls,
-              "world_size": accelerator.num_processes,
-              "machine": _machine(), "runs": [{k: v for k, v in r.items() if k != "predictions"} for r in runs]}
-    if accelerator.is_main_process:
-        from .plots import plot_curves, plot_paired_by_epoch
-        with atomic_path(out / "results.json") as tmp:
-            tmp.write_text(json.dumps(result, indent=2))
-        labels = {m: model_label(exp, m) for m in cfg.models}
-        with atomic_path(out / "curves.png") as tmp:
-            plot_curves(result["runs"], exp.curve_metrics or exp.metrics, tmp, labels=labels,
-                        title=f"{exp.name}, preset {cfg.preset}", units=exp.units)
-        (out / "paired_by_epoch.png").unlink(missing_ok=True)  # none without pairs: no stale figure either
-        if result["paired_by_epoch"]["curves"]:
-            with atomic_path(out / "paired_by_epoch.png") as tmp:
-                plot_paired_by_epoch(result["paired_by_epoch"]["curves"], tmp, labels=labels,
-                                     title=f"{exp.name}, preset {cfg.preset}", rule=EPOCH_RULE)
-        first: dict[str, Any] = {}
-        for r in runs:
-            first.setdefault(r["model"], r["predictions"])
-        with atomic_path(out / "examples.png") as tmp:
-            exp.plot_examples(splits.test, first, tmp)
-        table = tables["text"]
-        with atomic_path(out / "table.txt") as tmp:
-            tmp.write_text(table + "\n")
-        print(table)
-        try:
-            exp.report(result, out)
-        except OSError as e:
-            raise StorageError(f"could not write the {exp.name} report under {out}: {e}; free space there or pass "
-                               f"another --out") from None
-        written = ", ".join(str(p) for p in sorted(out.glob("*.*")) if p.suffix in (".json", ".png", ".txt"))
-        print(f"wrote {written} ({result['wall_s']:.0f}s in all)")
-    return result
-
-
-def _worker(exp: Experiment, cfg: RunConfig, name: str, seed: int, out: Path, resume: bool) -> dict:
-    """One (model, seed) run in a worker process: its own accelerator, data from the disk cache."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    accelerator = make_accelerator()
-    return train_run(exp, cfg, name, seed, exp.load_data(cfg), accelerator, out, resume=resume)
-
-
-def _worker_pool(n: int):
-    """``n`` spawned worker processes that end with this process (``kill -9`` too; :func:`runs.watch_parent`:
-    on Linux the kernel kills them at once) and never write a file after it.  The workers start in the thread
-    that submits the first tasks, and Linux ties them to that thread: submit from the main thread."""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-    return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"), initializer=watch_parent,
-                               initargs=(os.getpid(),))
-
-
-def _train_parallel(exp: Experiment, cfg: RunConfig, pairs: list[tuple[str, int]], out: Path, resume: bool) -> list[dict]:
-    """``cfg.jobs`` runs at a time in spawned processes (they share the GPU); results in ``pairs`` order."""
-    with _worker_pool(min(cfg.jobs, len(pairs))) as pool:
-        futures = [pool.submit(_worker, exp, cfg, name, seed, out, resume) for name, seed in pairs]
-        try:
-            return [f.result() for f in tqdm(futures, desc=f"{exp.name}: {len(pairs)} runs, {cfg.jobs} at a time")]
-        except BaseException:  # one run failed: start no further run; those running finish under the lock
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+    # a resumed table reports every call's wall time
+    return write_results(exp, cfg, out, splits, runs, accelerator, _title(exp, cfg, splits),
+                         [*earlier_wall_s, time.time() - t0])
 
 
 def _title(exp: Experiment, cfg: RunConfig, splits: Splits) -> str:
@@ -405,14 +248,14 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
                                                exp, run_cfg, ckpt["history"], ckpt.get("best_epoch", 0))})
         accelerator.print(f"{path}: epoch {ckpt['epoch']}, " + ", ".join(f"{m} {metrics[m]:.2f}{unit(exp, m)}"
                                                                         for m in exp.metrics))
-    tables = []
+    per_config = []
     for key, runs in groups.items():
         cfg = cfgs[key]
         stopped = sorted({r["epoch"] for r in runs} - {key[1]})
         done = f", some runs stopped at epoch {', '.join(map(str, stopped))} of {key[1]}" if stopped else ""
         title = f"{exp.name} (test split; preset {cfg.preset}, config {key[0]}{done})"
-        t = _tables(exp, cfg, runs, list(dict.fromkeys(r["model"] for r in runs)), title)
-        tables.append({"config": cfg.to_dict(), "content_key": key[0], "epochs": key[1], "summary": t["summary"],
-                       "comparisons": t["comparisons"], "training": t["training"], "runs": runs})
+        t = tables(exp, cfg, runs, list(dict.fromkeys(r["model"] for r in runs)), title)
+        per_config.append({"config": cfg.to_dict(), "content_key": key[0], "epochs": key[1], "summary": t["summary"],
+                           "comparisons": t["comparisons"], "training": t["training"], "runs": runs})
         accelerator.print(t["text"])
-    return {"tables": tables}
+    return {"tables": per_config}

@@ -4,7 +4,8 @@ Build the model, its objective (:meth:`Experiment.objective`) and optimizer; res
 then per epoch: batches in an order fixed by ``(seed, epoch)``, a step per batch, the validation and test metrics
 every ``eval_every`` epochs, model selection on the validation split (:func:`.summary.selection_score`, the one rule)
 and early stopping (``patience``), and a checkpoint.  Finally the selected checkpoint is tested, greedily and with
-every extra decoder of ``cfg.decoders``.  Folders, several runs, results and tables: :mod:`.harness`.
+every extra decoder of ``cfg.decoders``.  The loop runs under an ``accelerate.Accelerator``
+(:func:`make_accelerator`).  Folders, several runs, results and tables: :mod:`.harness`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ from .config import RunConfig, model_variant
 from .experiment import Experiment, Splits
 from .summary import selection_reason, selection_score
 
-__all__ = ["train_run", "evaluate_model", "checkpoint_path", "save", "seed_all"]
+__all__ = ["train_run", "evaluate_model", "checkpoint_path", "make_accelerator", "save", "seed_all"]
+
+
+def make_accelerator():
+    """An ``accelerate.Accelerator``; without a GPU a gloo CPU group under ``accelerate launch``."""
+    from accelerate import Accelerator
+    # without a GPU, Accelerator() ignores a torchrun / accelerate-launch world of several processes;
+    # cpu=True makes it a gloo MULTI_CPU group (and a plain single process otherwise)
+    return Accelerator(cpu=not torch.cuda.is_available())
 
 
 # -- seeds and RNG state --------------------------------------------------------------------------

@@ -14,9 +14,11 @@ cross-entropy of the solution) plus ``weight x`` a constraint term chosen by con
   pseudo-log-likelihood of the targets around ``y``: this term asks whether training around one's own samples,
   without the rules, gives what the PSL gives.
 
-The constraint is a circuit (the same for every example), or a function ``inputs -> circuit or sequence of
-circuits`` (one per example, e.g. one Sudoku puzzle's completions): the losses then score each example by its
-own circuit (:func:`pseudosl.losses.per_example`).
+The constraint is a circuit or a :class:`pseudosl.Constraint` (a circuit and the value map that folds a large
+vocabulary into its values: the PSL then checks that the model's engine folds with the same map), the same for every
+example, or a function ``inputs -> circuit or sequence of circuits`` (one per example, e.g. one Sudoku puzzle's
+completions): the losses then score each example by its own circuit (:func:`pseudosl.losses.per_example`, the one
+place where "one or one per example" is resolved).
 
 ``forward`` returns ``(loss, parts)``: ``data`` (the data term), ``constraint`` (weight x SL/PSL, the term added to
 the loss) and the unweighted ``sl`` / ``psl`` (the harness logs and plots them per epoch).  Before
@@ -39,7 +41,8 @@ __all__ = ["Objective", "ConstraintTerm", "ConstrainedObjective", "CONSTRAINT_LO
 
 CONSTRAINT_LOSSES = ("sl", "psl", "own")
 CIRCUIT_FREE = frozenset({"own"})  # terms that need no circuit
-CircuitOf = pseudosl.Circuit | Callable[[Tensor], pseudosl.Circuit | Sequence[pseudosl.Circuit]]
+CircuitOf = (pseudosl.Circuit | pseudosl.Constraint
+             | Callable[[Tensor], pseudosl.Circuit | Sequence[pseudosl.Circuit]])
 
 
 class Objective(nn.Module):
@@ -69,8 +72,8 @@ class ConstraintTerm:
 
 
 class ConstrainedObjective(Objective):
-    """The data term + ``term.weight x`` (SL or PSL) of ``circuit`` (module docs: a circuit, or a function of the
-    batch's inputs giving one circuit per example); ``term = None``: the data term alone.  ``augment(inputs,
+    """The data term + ``term.weight x`` (SL or PSL) of ``circuit`` (module docs: a circuit or a Constraint, or a
+    function of the batch's inputs giving one circuit per example); ``term = None``: the data term alone.  ``augment(inputs,
     targets)``, if given, transforms every training batch (not in eval mode)."""
 
     def __init__(self, model: StructuredModel, term: ConstraintTerm | None = None,
@@ -83,7 +86,13 @@ class ConstrainedObjective(Objective):
             raise ValueError(f"loss = {term.loss!r} on {'an autoregressive' if model.autoregressive else 'a factorized'} "
                              f"{type(model).__name__}: the SL is for factorized models, the PSL and its control 'own' "
                              f"for autoregressive ones")
-        self.model, self.circuit, self.term, self.augment = model, circuit, term, augment  # circuit: moves with it
+        folded = isinstance(circuit, pseudosl.Constraint)
+        if folded and term.loss == "sl" and circuit.value_map is not None:
+            raise ValueError("loss = 'sl' reads the model's own classes: give a circuit (or a Constraint without a "
+                             "value map), not a Constraint that folds a vocabulary")
+        self.model, self.term, self.augment = model, term, augment
+        self.circuit = circuit.circuit if folded else circuit  # a module: moves with the objective (in place)
+        self.constraint = circuit  # the Constraint (its circuit is that same module) or the circuit or function
 
     def forward(self, inputs: Tensor, targets: Tensor, constrained: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
         if self.augment is not None and self.training:
@@ -95,8 +104,9 @@ class ConstrainedObjective(Objective):
             return loss, parts
         allowed = term.allowed or (lambda x: None)
         if term.loss == "sl":
-            value = pseudosl.semantic_loss(self.circuit_of(inputs), fit.logits, allowed=allowed(inputs),
-                                           condition=term.condition)
+            circuits = self.circuit_of(inputs)
+            circuits = circuits.circuit if isinstance(circuits, pseudosl.Constraint) else circuits
+            value = pseudosl.semantic_loss(circuits, fit.logits, allowed=allowed(inputs), condition=term.condition)
         elif term.loss == "psl":
             m = term.examples or inputs.shape[0]
             sample, engine = self.model.psl_inputs(fit, m)  # y ~ p(. | x) (eval mode), then its local conditionals
@@ -112,6 +122,7 @@ class ConstrainedObjective(Objective):
         parts.update({"constraint": term.weight * value.detach(), term.loss: value.detach()})
         return loss + term.weight * value, parts
 
-    def circuit_of(self, inputs: Tensor) -> pseudosl.Circuit | Sequence[pseudosl.Circuit]:
-        """The circuit of these inputs: the one circuit, or the function's circuits (one per example)."""
-        return self.circuit if isinstance(self.circuit, pseudosl.Circuit) else self.circuit(inputs)
+    def circuit_of(self, inputs: Tensor) -> pseudosl.Circuit | pseudosl.Constraint | Sequence[pseudosl.Circuit]:
+        """The constraint of these inputs: the one circuit or Constraint, or what the function gives for them."""
+        c = self.constraint
+        return c if isinstance(c, (pseudosl.Circuit, pseudosl.Constraint)) else c(inputs)

@@ -1,4 +1,4 @@
-"""The registered experiments: name -> one-line help and where its :class:`~pseudosl.experiments.harness.Experiment` lives.
+"""The registered experiments: name -> one-line help and where its :class:`~pseudosl.experiments.experiment.Experiment` lives.
 
 The command line (:mod:`pseudosl.cli`), ``pseudosl reproduce`` and ``pseudosl fidelity`` read the registry from
 here; an experiment adds one line to :data:`EXPERIMENTS`.  Experiments are imported on demand
@@ -22,7 +22,7 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
 
 
 def experiment(name: str):
-    """The registered :class:`~pseudosl.experiments.harness.Experiment` called ``name``."""
+    """The registered :class:`~pseudosl.experiments.experiment.Experiment` called ``name``."""
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose from {', '.join(EXPERIMENTS)}")
     module, cls = EXPERIMENTS[name][1].split(":")

@@ -1,6 +1,7 @@
 """Run folders that cannot be mixed up or lost: one writer at a time, checkpoints that belong where they
 lie, files written whole or not at all.
 
+* :func:`run_folder`: where a config's runs go, ``runs/<experiment>/<preset>-<content key>`` unless ``cfg.out``.
 * :func:`check_out_folder`: ``--out`` is a folder this process can create and write, checked before any work.
 * :func:`run_lock`: ``<out>/.lock`` is held (``flock``) while a run writes the folder.  A second run into the
   same folder is refused at once, naming the holder; the kernel drops the lock when its process ends,
@@ -32,13 +33,19 @@ from typing import Any, Iterator
 
 from ..errors import PseudoslError, RunFolderError, StorageError
 
-__all__ = ["check_out_folder", "run_lock", "write_manifest", "check_manifest", "check_identity", "run_dirs",
+__all__ = ["run_folder", "check_out_folder", "run_lock", "write_manifest", "check_manifest", "check_identity", "run_dirs",
            "atomic_path", "watch_parent", "parent_alive", "death_signal", "LOCK", "MANIFEST", "TMP_PREFIX"]
 
 LOCK = ".lock"
 MANIFEST = "run.json"
 TMP_PREFIX = ".tmp-"
 _RUN_DIR = re.compile(r"^(?P<model>.+)-seed(?P<seed>\d+)$")
+
+
+def run_folder(exp: Any, cfg: Any) -> Path:
+    """``cfg.out``, or ``runs/<experiment>/<preset>-<content key>`` (the key hashes every config field that changes
+    what is computed, so two presets never share a folder) for experiment ``exp`` and its config ``cfg``."""
+    return Path(cfg.out) if cfg.out else Path("runs") / exp.name / f"{cfg.preset}-{cfg.content_key()}"
 
 
 def check_out_folder(out: Path) -> None:

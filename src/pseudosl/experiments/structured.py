@@ -26,7 +26,8 @@ class Fit(NamedTuple):
 
 class StructuredModel(nn.Module):
     """A model of structured outputs (module docs).  ``fit`` and ``greedy`` for every model; ``log_probs`` for a
-    factorized one; ``engine``, ``psl_inputs`` and ``prefix_nll`` for an autoregressive one."""
+    factorized one; ``engine``, ``psl_inputs``, ``anchor`` and ``prefix_nll`` for an autoregressive one; ``sample`` for
+    one whose decoding is sampling."""
 
     autoregressive: ClassVar[bool] = False
 
@@ -37,6 +38,17 @@ class StructuredModel(nn.Module):
     def greedy(self, inputs: Tensor) -> Tensor:
         """The model's own greedy decode ``(B, n)``, classes ``0 .. k-1``."""
         raise NotImplementedError(f"{type(self).__name__}.greedy")
+
+    def anchor(self, inputs: Tensor) -> Tensor:
+        """Autoregressive: the output ``(B, n)`` the constrained decoders start from (:mod:`.decoders`): the greedy
+        decode; a model whose own decoding is sampling (a language model) returns its draw."""
+        return self.greedy(inputs)
+
+    def sample(self, inputs: Any, processors: list) -> Tensor:
+        """Autoregressive, sampling decoders (a language model): one draw ``(B, n)`` per input from the model's own
+        sampling distribution, each next-token distribution passed through ``processors`` first (Hugging Face
+        logits processors, ``(input_ids, scores) -> scores``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not decode by sampling")
 
     def log_probs(self, inputs: Tensor) -> Tensor:
         """Factorized: ``log q(y_i | x)``, ``(B, n, k)`` (or ``(B, n)`` ``log q(y_i = 1 | x)`` for Boolean outputs)."""

@@ -207,7 +207,7 @@ def choose_on_validation(exp: Experiment, cfg: RunConfig, runs: list[dict], cand
 # -- model selection ----------------------------------------------------------------------------------
 def selection_score(exp: Experiment, values: dict[str, float], cfg: RunConfig | None = None) -> list[float]:
     """The one model-selection rule of every experiment: validation metrics as a list compared lexicographically,
-    larger = better: ``exp.selection_order(cfg)`` (default ``exp.selection_metrics``, else ``exp.metrics``) in
+    larger = better: ``exp.selection_order(cfg)`` (default ``exp.metrics``) in
     order, so the next breaks the ties of the previous; ``lower_is_better`` metrics negated; NaN (undefined) is
     ``-inf``, the worst."""
     out = []

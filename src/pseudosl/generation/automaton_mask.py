@@ -11,20 +11,19 @@ The sets ``S_j`` ("an accepting state in (at most) ``j`` tokens") follow ``S_0 =
 ``S_{j+1} = pre(S_j)`` (``S_0 | pre(S_j)`` for "at most"); from the first repeated set on the sequence cycles,
 so it is stored up to its first repeat (``<= n_states + 1`` sets for "at most", converging to the live states).
 Only *usable* values count: a value with a token that is no end-of-sequence token (the automaton reads the text
-before the end-of-sequence token, which is allowed exactly in accepting states).
+before the end-of-sequence token, which is allowed exactly in accepting states).  A row that has read an
+end-of-sequence token is *ended* (state ``n_states``): it bans nothing (``generate`` pads it).
 
-On a device the automaton lives as its :class:`~pseudosl.logic.automaton.SparseDFA` tables -- default rows,
-``row_of``, the exceptions' sorted keys ``state * n_values + value`` (found with ``torch.searchsorted``) -- with
-the sets ``S_j`` and the value map's lookup, copied there once; a step and a mask are a few gathers, with no host
-synchronisation.  When ``n_states * n_values <= DENSE_ENTRIES`` the destinations and, per set, every state's
-mask over the values are kept whole instead (as XGrammar caches token masks per state), so a call gathers its
-rows' masks; the tokens of the most common value (the catch-all) take their mask in one broadcast sum.
+Cost, as a grammar engine's (XGrammar caches a token bitmask per grammar state).  The states live on the host
+(NumPy; a step is one table lookup per row).  Each ``(S_j, state)`` pair met gets its token list built once, on
+first use, and shared by every row and call after: the banned tokens, or the allowed ones where they are fewer
+(:class:`~pseudosl.generation.banned.Banned`).  A call then copies the scores once and writes ``-inf`` at the
+listed tokens: with the forbidden words of a word list most states ban a few hundred tokens of 49,152.  On a GPU
+the rows' last tokens come to the host (one small copy per call) and the lists go to the device.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -35,15 +34,21 @@ from torch import Tensor
 from ..logic.automaton import SparseDFA
 from ..logic.errors import UnsatisfiableError
 from ..tokens.constraint import AutomatonConstraint
+from . import banned as banned_tokens
+from .banned import Banned
 
-__all__ = ["AutomatonMask", "DENSE_ENTRIES", "reach_sets"]
+__all__ = ["AutomatonMask", "DENSE_ENTRIES", "MASK_CACHE_BYTES", "TokenList", "reach_sets"]
 
 DENSE_ENTRIES = 1 << 22
-"""Up to this many ``(state, value)`` pairs the destinations and each set's value masks are kept as dense tables on
-the device (32 MB of destinations at most); beyond, each call looks up its rows' exceptions."""
-GATHER_ABOVE = 0.25
-"""Above this share of the vocabulary outside the most common column, a mask is one gather of every token's column
-(token classes without a large catch-all); below it, one broadcast sum plus gathers of the other tokens."""
+"""Up to this many ``(state, value)`` pairs the transitions are kept as a dense table (32 MB at most); beyond, a
+step looks its rows' exceptions up (``np.searchsorted``)."""
+MASK_CACHE_BYTES = 1 << 28
+"""The per-state token lists, and apart the rows' assembled lists, are dropped (and rebuilt on demand) when they grow
+past this many bytes."""
+BANNED_CACHE = 4096
+"""How many combinations of the rows' slots keep their assembled :class:`Banned` (then all are dropped)."""
+BUILD_ELEMENTS = 1 << 24
+"""States whose token lists are built at once are taken in blocks of ``BUILD_ELEMENTS // V``."""
 
 
 def reach_sets(dfa: SparseDFA, usable: np.ndarray, *, at_most: bool,
@@ -79,25 +84,17 @@ def reach_sets(dfa: SparseDFA, usable: np.ndarray, *, at_most: bool,
 
 
 @dataclass(frozen=True)
-class DeviceTables:
-    """An :class:`AutomatonMask`'s tables on one device."""
+class TokenList:
+    """One ``(S_j, state)`` pair's mask: banned token ids, or (``few``) the allowed ones; ``probe`` an allowed
+    token (``-1``: the state bans nothing)."""
 
-    default: Tensor  # (n_rows, k) long
-    row_of: Tensor  # (n_states,) long
-    keys: Tensor  # (E,) long, sorted: state * k + value of each exception
-    dest: Tensor  # (E,) long
-    lookup: Tensor | None  # (V,) long, token -> value; None when the values are the token ids
-    sets: Tensor  # (m, n_states) bool
-    accepting: Tensor  # (n_states,) bool
-    usable: Tensor  # (k,) bool
-    special_tokens: Tensor  # (n_special,) long: the tokens of every column but the most common one
-    special_columns: Tensor  # (n_special,) long: their columns of the biases (value, or k for an EOS token)
-    columns: Tensor  # (V,) long: every token's column of the biases
-    delta: Tensor | None = None  # (n_states, k) long, the dense table, when it has <= DENSE_ENTRIES entries
+    ids: np.ndarray
+    few: bool
+    probe: int
 
 
 class AutomatonMask:
-    """The automaton of an :class:`AutomatonConstraint` as per-row states and the masks they allow.
+    """The automaton of an :class:`AutomatonConstraint` as per-row states and the tokens they allow.
 
     Args:
         constraint: the automaton and its value map.
@@ -109,123 +106,162 @@ class AutomatonMask:
             set for ``max_new_tokens`` tokens, or not live).
     """
 
+    n_positions = None  # every position (a window mask covers n)
+
     def __init__(self, constraint: AutomatonConstraint, *, eos_token_ids: Sequence[int] = (),
                  max_new_tokens: int | None = None) -> None:
         dfa, vm = constraint.dfa, constraint.value_map
         self.dfa, self.vocab_size, self.max_new_tokens = dfa, constraint.vocab_size, max_new_tokens
         self.eos_token_ids = tuple(eos_token_ids)
-        lookup = vm.lookup.cpu().numpy() if vm is not None else np.arange(dfa.n_values)
+        self.lookup = vm.lookup.numpy() if vm is not None else np.arange(dfa.n_values)
         text_tokens = np.ones(self.vocab_size, dtype=bool)
         text_tokens[list(self.eos_token_ids)] = False
-        usable = np.bincount(lookup[text_tokens], minlength=dfa.n_values) > 0
+        self.usable = np.bincount(self.lookup[text_tokens], minlength=dfa.n_values) > 0
         at_most = bool(self.eos_token_ids)
         if max_new_tokens is None:  # "within j" converges to the live states: keep the limit only
-            sets, _ = reach_sets(dfa, usable, at_most=True)
-            sets, self.cycle_start = sets[-1:], 0
+            sets, _ = reach_sets(dfa, self.usable, at_most=True)
+            self.sets, self.cycle_start = sets[-1:], 0
         else:
-            sets, self.cycle_start = reach_sets(dfa, usable, at_most=at_most, horizon=max_new_tokens)
-        self.n_sets = len(sets)
-        if not sets[self.set_index(max_new_tokens)][dfa.start]:
+            self.sets, self.cycle_start = reach_sets(dfa, self.usable, at_most=at_most, horizon=max_new_tokens)
+        if not self.sets[self.set_index(max_new_tokens)][dfa.start]:
             length = "of any length" if max_new_tokens is None else \
                 f"of {'at most ' if at_most else ''}max_new_tokens={max_new_tokens} tokens"
             raise UnsatisfiableError(f"no text {length} satisfies the constraint: its automaton cannot reach an "
                                      "accepting state from its start" + ("" if max_new_tokens is None else
                                                                          "; raise max_new_tokens"))
-        accepting = np.zeros(dfa.n_states, dtype=bool)
-        accepting[list(dfa.accepting)] = True
-        exceptions = dfa.exceptions  # sorted by (state, value): the keys are sorted
-        column = lookup.copy()  # each token's column of the biases: its value, or k for an end-of-sequence token
-        column[list(self.eos_token_ids)] = dfa.n_values
-        self.common_column = int(np.bincount(column).argmax())
-        special = np.flatnonzero(column != self.common_column)
-        self._host = dict(default=dfa.default, row_of=dfa.row_of,
-                          keys=exceptions[:, 0] * dfa.n_values + exceptions[:, 1], dest=exceptions[:, 2],
-                          lookup=None if vm is None else lookup, sets=sets, accepting=accepting, usable=usable,
-                          special_tokens=special, special_columns=column[special], columns=column)
-        self._tables: dict[torch.device, DeviceTables] = {}
-        self._biases: dict[tuple[torch.device, torch.dtype, int], tuple[Tensor, Tensor]] = {}
+        self.accepting = np.zeros(dfa.n_states + 1, dtype=bool)
+        self.accepting[list(dfa.accepting)] = True
+        self.is_eos = ~text_tokens
+        self.columns = self.lookup.copy()  # each token's column: its value, or k for an end-of-sequence token
+        self.columns[list(self.eos_token_ids)] = dfa.n_values
+        self.delta = dfa.to_dense().delta if dfa.n_states * dfa.n_values <= DENSE_ENTRIES else None
+        self.keys = dfa.exceptions[:, 0] * dfa.n_values + dfa.exceptions[:, 1]  # sorted with the exceptions
+        self.clear_cache()
 
     def set_index(self, steps: int | None) -> int:
         """Row of the stored sets that holds ``S_steps`` (``None``: the live states)."""
-        m = self.n_sets
+        m = len(self.sets)
         if steps is None or steps < m:
             return 0 if steps is None else steps
         return self.cycle_start + (steps - self.cycle_start) % (m - self.cycle_start)
 
-    def tables(self, device: torch.device) -> DeviceTables:
-        """The tables on ``device``, copied there on first use (a copy per call would wait for the device)."""
-        if device not in self._tables:
-            tab = DeviceTables(**{name: None if a is None else torch.tensor(a, device=device)
-                                  for name, a in self._host.items()})
-            if self.dense:
-                every = torch.arange(max(self.dfa.n_states, self.dfa.n_values), device=device)
-                delta = self.destinations(tab, every[:self.dfa.n_states, None], every[None, :self.dfa.n_values])
-                tab = dataclasses.replace(tab, delta=delta)
-            self._tables[device] = tab
-        return self._tables[device]
+    def clear_cache(self) -> None:
+        """Drop the per-state token lists (they are rebuilt on first use)."""
+        self._slots: dict[int, np.ndarray] = {}  # set index -> (n_states + 1,) slot of each state, -1: not built
+        self._lists: list[TokenList] = []
+        self._banned: dict[tuple[torch.device, bytes], Banned] = {}  # the rows' Banned on a device, by their slots
+        self._banned_bytes = 0
+        self._bytes = 0
 
-    @property
-    def dense(self) -> bool:
-        """Whether the tables per state (destinations, masks per set) are small enough to keep whole on a device."""
-        return self.dfa.n_states * self.dfa.n_values <= DENSE_ENTRIES
+    # -- the interface a TokenMatcher drives (states: (R,) int64 NumPy arrays) --------------------------------
+    def check_vocab(self, vocab_size: int) -> None:
+        """Refuse scores over another vocabulary than the constraint's."""
+        banned_tokens.check_scores_vocab(vocab_size, self.vocab_size)
 
-    def start_states(self, rows: int, device: torch.device) -> Tensor:
-        return torch.full((rows,), self.dfa.start, dtype=torch.long, device=device)
+    def start(self, rows: int, device: torch.device) -> np.ndarray:
+        return np.full(rows, self.dfa.start, dtype=np.int64)
 
-    def destinations(self, tab: DeviceTables, states: Tensor, values: Tensor) -> Tensor:
-        """``delta(states, values)`` (broadcast long tensors): the default row unless an exception says otherwise."""
-        if tab.delta is not None:
-            return tab.delta[states, values]
-        dest = tab.default[tab.row_of[states], values]
-        if tab.keys.numel() == 0:
-            return dest
-        keys = states * self.dfa.n_values + values
-        at = torch.searchsorted(tab.keys, keys).clamp_(max=tab.keys.numel() - 1)
-        return torch.where(tab.keys[at] == keys, tab.dest[at], dest)
+    def select(self, states: np.ndarray, rows: Tensor | np.ndarray) -> np.ndarray:
+        """The states of rows ``rows`` (beam search copies and reorders rows)."""
+        return states[rows.cpu().numpy() if isinstance(rows, Tensor) else rows]
 
-    def step(self, states: Tensor, tokens: Tensor) -> Tensor:
-        """``(R,)`` states after reading ``tokens (R,)`` (token ids) from ``states (R,)``."""
-        tab = self.tables(states.device)
-        values = tokens if tab.lookup is None else tab.lookup[tokens]
-        return self.destinations(tab, states, values)
+    def advance(self, states: np.ndarray, tokens: Tensor) -> np.ndarray:
+        """``(R,)`` states after reading ``tokens (R,)`` (token ids) from ``states``; an EOS ends a row."""
+        tokens = tokens.cpu().numpy()
+        values = self.lookup[tokens]
+        if not self.eos_token_ids:  # no row ever ends
+            return self.destinations(states, values)
+        ended = states == self.dfa.n_states
+        nxt = self.destinations(np.where(ended, self.dfa.start, states), values)
+        return np.where(ended | self.is_eos[tokens], self.dfa.n_states, nxt)
 
-    def bias_rows(self, tab: DeviceTables, states: Tensor, set_index: int, dtype: torch.dtype) -> Tensor:
-        """``(R, k + 1)``: 0 for the values allowed in ``states (R,)`` with ``S_j`` (``j = set_index``) to reach,
-        ``-inf`` for the others; column ``k`` for the end of the text (allowed in accepting states, with an EOS).
-
-        A row where everything would be banned (a state the processor did not lead to: padding after an
-        end-of-sequence token, a prefix some other processor forced) bans nothing.
-        """
-        every_value = torch.arange(self.dfa.n_values, device=states.device)
-        ok = tab.sets[set_index][self.destinations(tab, states[:, None], every_value[None, :])]  # (R, k)
-        ends = tab.accepting[states] if self.eos_token_ids else torch.zeros_like(states, dtype=torch.bool)
-        stuck = ~((ok & tab.usable).any(-1) | ends)
-        allowed = torch.cat([ok, ends[:, None]], 1) | stuck[:, None]
-        return torch.zeros(allowed.shape, dtype=dtype, device=ok.device).masked_fill_(~allowed, -math.inf)
-
-    def mask(self, states: Tensor, generated: int, scores: Tensor) -> Tensor:
-        """``scores (R, V)`` plus ``-inf`` at the tokens banned in rows at ``states (R,)`` after ``generated`` tokens.
-
-        Every token of the most common column (the catch-all value of a folded vocabulary) gets its column's bias
-        in one broadcast sum over ``(R, V)``, the other tokens theirs by gathers over ``(R, n_special)``; when those
-        are more than a quarter of the vocabulary (token classes without a large catch-all, e.g.
-        :func:`pseudosl.no_forbidden_words`), one gather of every token's column over ``(R, V)`` is cheaper.  With the
-        dense tables the biases of every state are computed once per recurring set ``S_j`` (and dtype) and a call
-        gathers its rows; a set met once per generation (before the sequence cycles) is computed for the rows.
-        """
-        tab = self.tables(states.device)
+    def banned(self, states: np.ndarray, generated: int, vocab_size: int, device: torch.device) -> Banned:
+        """The tokens banned after ``generated`` tokens in rows at ``states``."""
         left = None if self.max_new_tokens is None else self.max_new_tokens - generated - 1
-        set_index = self.set_index(left)
-        if self.dense and set_index >= self.cycle_start:  # a set that recurs (the live states without a budget)
-            key = (states.device, scores.dtype, set_index)
-            if key not in self._biases:
-                every_state = torch.arange(self.dfa.n_states, device=states.device)
-                self._biases[key] = self.bias_rows(tab, every_state, set_index, scores.dtype)
-            bias = self._biases[key][states]
-        else:
-            bias = self.bias_rows(tab, states, set_index, scores.dtype)  # (R, k + 1)
-        if tab.special_tokens.numel() > GATHER_ABOVE * scores.shape[1]:  # no large catch-all: one gather
-            return scores + bias.index_select(1, tab.columns)
-        out = scores + bias[:, self.common_column, None]
-        special = scores.index_select(1, tab.special_tokens) + bias.index_select(1, tab.special_columns)
-        return out.index_copy_(1, tab.special_tokens, special)
+        slots = self.slots(states, self.set_index(left))
+        key = (device, slots.tobytes())  # rows often sit in the same states call after call
+        banned = self._banned.get(key)
+        if banned is None:
+            banned = self._to_banned([self._lists[s] for s in slots], vocab_size, device)
+            size = 8 * (banned.fill.numel() + banned.keep.numel())
+            if len(self._banned) >= BANNED_CACHE or self._banned_bytes + size > MASK_CACHE_BYTES:
+                self._banned.clear()
+                self._banned_bytes = 0
+            self._banned[key], self._banned_bytes = banned, self._banned_bytes + size
+        return banned
+
+    def can_end(self, states: np.ndarray, generated: int) -> np.ndarray:
+        """``(R,)`` bool: rows whose text can end accepted after one more token (ended rows: True)."""
+        left = None if self.max_new_tokens is None else self.max_new_tokens - generated - 1
+        ok, ends, free, dest = self.allowed_values(states, self.set_index(left))
+        return (ok & self.usable & self.accepting[dest]).any(1) | ends | (states == self.dfa.n_states)
+
+    # -- the tables ----------------------------------------------------------------------------------------
+    def destinations(self, states: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """``delta(states, values)`` (broadcast int64 arrays): a dense lookup, or the default row unless an
+        exception says otherwise."""
+        if self.delta is not None:
+            return self.delta[states, values]
+        dfa = self.dfa
+        dest = dfa.default[dfa.row_of[states], values]
+        if not len(self.keys):
+            return dest
+        keys = states * dfa.n_values + values
+        at = np.searchsorted(self.keys, keys).clip(max=len(self.keys) - 1)
+        return np.where(self.keys[at] == keys, dfa.exceptions[at, 2], dest)
+
+    def allowed_values(self, states: np.ndarray, set_index: int) -> tuple[np.ndarray, ...]:
+        """``(ok (R, k), ends (R,), free (R,), dest (R, k))``: the values whose destination is in ``S_j``, whether an
+        EOS may end the text (accepting, with an EOS), rows that ban nothing (ended, or no way out: a state the
+        mask did not lead to), and the destinations."""
+        ended = states == self.dfa.n_states
+        live_states = np.where(ended, self.dfa.start, states)
+        dest = self.destinations(live_states[:, None], np.arange(self.dfa.n_values)[None, :])
+        ok = self.sets[set_index][dest]
+        ends = self.accepting[live_states] & bool(self.eos_token_ids) & ~ended
+        free = ended | ~((ok & self.usable).any(1) | ends)
+        return ok, ends, free, dest
+
+    def slots(self, states: np.ndarray, set_index: int) -> np.ndarray:
+        """The cache slot of each row's ``(S_j, state)`` token list, building the lists met for the first time."""
+        slot_of = self._slots.get(set_index)
+        slots = None if slot_of is None else slot_of[states]
+        if slots is None or (len(slots) and slots.min() < 0):
+            if self._bytes > MASK_CACHE_BYTES:  # too many lists: start over
+                self.clear_cache()
+            slot_of = self._slots.setdefault(set_index, np.full(self.dfa.n_states + 1, -1, dtype=np.int64))
+            new = np.unique(states[slot_of[states] < 0])
+            block = max(1, BUILD_ELEMENTS // self.vocab_size)
+            for a in range(0, len(new), block):
+                for state, entry in zip(new[a:a + block], self._build(new[a:a + block], set_index)):
+                    slot_of[state] = len(self._lists)
+                    self._lists.append(entry)
+                    self._bytes += entry.ids.nbytes
+            slots = slot_of[states]
+        return slots
+
+    def _build(self, states: np.ndarray, set_index: int) -> list[TokenList]:
+        ok, ends, free, _ = self.allowed_values(states, set_index)
+        tokens_ok = np.concatenate([ok, ends[:, None]], 1)[:, self.columns]  # (m, V)
+        out = []
+        for row, is_free in zip(tokens_ok, free):
+            n_ok = int(row.sum())
+            few = not is_free and n_ok < banned_tokens.KEEP_BELOW * len(row)
+            ids = np.flatnonzero(row) if few else np.zeros(0, np.int64) if is_free else np.flatnonzero(~row)
+            out.append(TokenList(ids.astype(np.int64), few, -1 if is_free else int(row.argmax())))
+        return out
+
+    @staticmethod
+    def _to_banned(lists: list[TokenList], vocab_size: int, device: torch.device) -> Banned:
+        """The rows' lists as flat positions ``r * V + token``."""
+        fill = [e.ids + r * vocab_size for r, e in enumerate(lists) if not e.few]
+        keep = [e.ids + r * vocab_size for r, e in enumerate(lists) if e.few]
+        clear = [r for r, e in enumerate(lists) if e.few]
+
+        def tensor(parts: list[np.ndarray]) -> Tensor:
+            flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+            return torch.from_numpy(flat).to(device)
+
+        probe = np.array([(r, e.probe) for r, e in enumerate(lists) if e.probe >= 0], dtype=np.int64).reshape(-1, 2)
+        return Banned(fill=tensor(fill), clear=torch.tensor(clear, dtype=torch.long, device=device),
+                      keep=tensor(keep), probe=probe.T.copy())

@@ -74,6 +74,7 @@ from ..logic.errors import UnsatisfiableError
 from ..tokens.constraint import Constraint, sample_satisfies
 from ..psl.engine import Engine, engine_circuit
 from ..psl.sampling import sample_from_logits
+from .proposals import Candidates, LocalProposal, Proposal, RestartProposal, check_mass
 
 __all__ = ["constrained_sample", "ResampleDiagnostics", "UnsatisfiableError"]  # the library's one
 # UnsatisfiableError (pseudosl.logic.errors), re-exported here: an except of either name catches both
@@ -138,6 +139,19 @@ def _check(engine: Engine, constraint: Circuit | Constraint, mode: str, num_cand
     return circuit, k
 
 
+def _check_proposal(proposal: object, mode: str, engine: Engine) -> Proposal:
+    """The proposal (``None``: the default, module docs), or a named error."""
+    if proposal is None:
+        return RestartProposal() if mode == "resample" and engine.autoregressive else LocalProposal()
+    if not isinstance(proposal, Proposal):
+        raise TypeError(f"proposal must be a pseudosl.generation proposal (LocalProposal(), EditProposal(), "
+                        f"RestartProposal()), got {type(proposal).__name__}")
+    if mode == "mpe" and not proposal.has_mpe:
+        raise ValueError(f"mode='mpe' takes the argmax of a factorized proposal; {type(proposal).__name__} draws "
+                         "token by token and has none: use mode='resample', or LocalProposal / EditProposal")
+    return proposal
+
+
 def _check_allowed(allowed: Tensor | None, circuit: Circuit) -> None:
     if allowed is None:
         return
@@ -163,46 +177,13 @@ def _check_satisfiable(circuit: Circuit, allowed: Tensor | None, root: int | Non
                                  "constraint and the unit constraints in allowed)")
 
 
-def _class_log_probs(engine: Engine, anchor: Tensor) -> Tensor:
-    """``(B, n, V)`` ``log r_i(t)``: the model's next token after the anchor's prefix ``y_<i``, restricted to the class
-    of ``t`` (``log p(t | x, y_<i) - log p(class(t) | x, y_<i)``; ``-inf`` throughout a class of probability 0)."""
-    vm = engine.value_map
-    lookup = vm.on(anchor.device)[1]
-    logp = engine.step_log_probs(anchor, engine.example_ids(anchor.shape[0], anchor.device)).detach()
-    mass = vm.fold(logp).gather(-1, lookup.expand_as(logp))  # log p(class(t) | x, y_<i)
-    return torch.where(torch.isneginf(mass), float("-inf"), logp - mass)
-
-
-def _concrete_tokens(engine: Engine, anchor: Tensor, values: Tensor,
-                     generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
-    """Folded candidates ``values (B, K, n)`` -> token ids, each drawn from ``r_i`` within its class (module docs),
-    and ``log prod_i r_i(token_i)`` ``(B, K)``.
-
-    Inverse transform sampling on the cumulative ``r_i`` of the tokens sorted by class (float64): class ``v`` spans
-    ``[starts[v], starts[v+1])`` of that order, where a uniform draw is located by ``searchsorted``."""
-    order, starts = engine.value_map.by_class(anchor.device)
-    r = _class_log_probs(engine, anchor)  # (B, n, V)
-    sorted_r = r[..., order]
-    upto = sorted_r.double().exp().cumsum(-1)  # (B, n, V): the mass up to each token; a class's segment adds 1 (or 0)
-    before = torch.cat([upto.new_zeros(*upto.shape[:-1], 1), upto], -1)  # (B, n, V + 1): the mass before each token
-    v = values.transpose(1, 2)  # (B, n, K)
-    lo, hi = starts[v], starts[v + 1]
-    low, high = before.gather(-1, lo), before.gather(-1, hi)
-    u = torch.rand(v.shape, dtype=upto.dtype, device=upto.device, generator=generator)
-    at = torch.searchsorted(upto, low + u * (high - low), right=True)  # before[at] <= target < upto[at]
-    at = torch.minimum(torch.maximum(at, lo), hi - 1)  # rounding at a class's edge stays in the class
-    positive = torch.where(sorted_r > float("-inf"), torch.arange(len(order), device=r.device), -1)
-    at = positive.cummax(-1).values.gather(-1, at).clamp(min=lo)  # never a token of probability 0 (rounding)
-    ids = order[at]  # (B, n, K)
-    return ids.transpose(1, 2), r.gather(-1, ids).sum(1)
-
-
 @torch.no_grad()
 def constrained_sample(engine: Engine, circuit: Circuit | Constraint, sample: Tensor | None = None, *,
                        num_candidates: int | None = None, mode: Mode = "resample", allowed: Tensor | None = None,
                        root: int | None = None, batch_size: int | None = None, chunk_size: int | None = None,
                        generator: torch.Generator | None = None, return_diagnostics: bool = False,
-                       keep_satisfying: bool = True) -> Tensor | tuple[Tensor, ResampleDiagnostics]:
+                       keep_satisfying: bool = True, proposal: Proposal | None = None,
+                       rounds: int = 1) -> Tensor | tuple[Tensor, ResampleDiagnostics]:
     """One output per example that satisfies the constraint: locally constrained resampling (module docs).
 
     Args:
@@ -222,6 +203,12 @@ def constrained_sample(engine: Engine, circuit: Circuit | Constraint, sample: Te
         return_diagnostics: also return a :class:`ResampleDiagnostics` (weights, effective sample size, ...).
         keep_satisfying: return an anchor that already satisfies the constraint (and ``allowed``) unchanged and
             resample only the violators (module docs: "Kept anchors"); ``False``: resample every anchor.
+        proposal: where the candidates come from (:mod:`pseudosl.generation.proposals`): ``LocalProposal()``
+            (Gen-C, the default), ``LocalProposal(temperature)``, ``EditProposal(rate, window)`` or
+            ``RestartProposal(lookback)``; ``mode="mpe"`` needs a factorized one (not ``RestartProposal``).
+        rounds: resample the violators' outputs again, around their last output, ``rounds - 1`` more times (a short
+            Markov chain with the proposal as its kernel; module docs: "Rounds").  The diagnostics are the last
+            round's.
 
     Returns:
         ``(B, n)`` long outputs in the model's values (token ids for a language model), each satisfying the
@@ -233,7 +220,10 @@ def constrained_sample(engine: Engine, circuit: Circuit | Constraint, sample: Te
     """
     keep_satisfying = check_bool("keep_satisfying", keep_satisfying)
     return_diagnostics = check_bool("return_diagnostics", return_diagnostics)
+    constraint = circuit
     circuit, k = _check(engine, circuit, mode, num_candidates, root)
+    proposal = _check_proposal(proposal, mode, engine).bind(constraint, allowed)
+    rounds = check_int("rounds", rounds, 1)
     _check_allowed(allowed, circuit)
     n = circuit.n_vars
     if sample is None:
@@ -264,62 +254,62 @@ def constrained_sample(engine: Engine, circuit: Circuit | Constraint, sample: Te
         if kept.all() and not return_diagnostics:
             return sample.clone()
 
-    # the proposal q = p~_y(. | alpha AND allowed): the local conditionals, conditioned by the circuit.  A position
-    # where ``allowed`` leaves one value takes it in every candidate whatever its conditional (its factor cancels
-    # in q), so only the positions with a choice are computed (a Sudoku's blanks: 10 of 81)
-    positions = allowed.sum(-1) > 1 if allowed is not None else None
-    cond = engine.local_conditionals(sample, chunk_size=chunk_size, positions=positions).detach()  # (B, n, k)
-    folded = engine.value_map is not None
+    out, diag = _resample(engine, circuit, proposal, sample, k, mode, allowed, root, chunk_size, generator, kept)
+    for _ in range(rounds - 1):  # the violators again, around their last output
+        again, diag = _resample(engine, circuit, proposal, out, k, mode, allowed, root, chunk_size, generator,
+                                kept)
+        out = torch.where(kept[:, None], out, again)
+    if not return_diagnostics:
+        return out
+    return out, diag
+
+
+def _resample(engine: Engine, circuit: Circuit, proposal: Proposal, anchor: Tensor, k: int, mode: str,
+              allowed: Tensor | None, root: int | None, chunk_size: int | None, generator: torch.Generator | None,
+              kept: Tensor) -> tuple[Tensor, ResampleDiagnostics]:
+    """One round: the proposal's candidates around ``anchor`` (``argmax q`` in ``mode="mpe"``), one chosen by its
+    importance weight; ``kept`` rows return their anchor."""
+    b, n = anchor.shape
     if mode == "mpe":
-        values, log_q, log_z = _mpe(engine, circuit, sample, cond, allowed, root)
+        cand = _mpe(engine, circuit, proposal, anchor, allowed, root, chunk_size)
+        chosen = torch.zeros(b, dtype=torch.long, device=anchor.device)
+        ess = torch.ones(b, dtype=cand.log_p.dtype, device=cand.log_p.device)
     else:
-        draws = circuit.sample(cond, k, allowed=allowed, root=root, generator=generator)
-        values, log_q, log_z = draws.values.transpose(0, 1), (draws.log_prob - draws.log_partition).t(), draws.log_partition
-    unsat = torch.isneginf(log_z)
-    if unsat.any():
-        raise UnsatisfiableError(f"the model's local conditionals give probability 0 to every assignment that "
-                                 f"satisfies the constraint for examples {unsat.nonzero().flatten().tolist()[:10]} "
-                                 "(a conditional of exactly 0: check the model's outputs for -inf logits)")
-    if folded and mode == "resample":
-        values, log_r = _concrete_tokens(engine, sample, values, generator)
-        log_q = log_q + log_r
-    log_p = engine.log_prob(values, chunk_size=chunk_size).detach()  # (B, K)
-    if mode == "mpe":
-        chosen = torch.zeros(b, dtype=torch.long, device=sample.device)
-        ess = torch.ones(b, dtype=log_p.dtype, device=log_p.device)
-    else:
-        log_w = log_p - log_q
+        cand = proposal.draw(engine, circuit, anchor, k, allowed, root, chunk_size, generator)
+        log_w = cand.log_p - cand.log_q
         dead = torch.isneginf(log_w).all(-1)
         if dead.any():
             raise UnsatisfiableError(f"every candidate of examples {dead.nonzero().flatten().tolist()[:10]} has model "
                                      "probability 0 (log p = -inf): no importance weight is positive")
-        chosen = sample_from_logits(log_w, generator=generator).to(sample.device)
+        chosen = sample_from_logits(log_w, generator=generator).to(anchor.device)
         ess = effective_sample_size(log_w)
-    out = values.gather(1, chosen.view(b, 1, 1).expand(b, 1, n)).squeeze(1)
-    out = torch.where(kept[:, None], sample, out)
-    if not return_diagnostics:
-        return out
-    return out, ResampleDiagnostics(anchor=sample, candidates=values, log_p=log_p, log_q=log_q,
-                                    chosen=chosen.masked_fill(kept, -1), ess=ess, log_p_constraint=log_z, kept=kept)
+    out = cand.values.gather(1, chosen.view(b, 1, 1).expand(b, 1, n)).squeeze(1)
+    out = torch.where(kept[:, None], anchor, out)
+    return out, ResampleDiagnostics(anchor=anchor, candidates=cand.values, log_p=cand.log_p, log_q=cand.log_q,
+                                    chosen=chosen.masked_fill(kept, -1), ess=ess, log_p_constraint=cand.log_z,
+                                    kept=kept)
 
 
-def _mpe(engine: Engine, circuit: Circuit, sample: Tensor, cond: Tensor, allowed: Tensor | None,
-         root: int | None) -> tuple[Tensor, Tensor, Tensor]:
-    """``argmax q`` as ``(B, 1, n)`` model values, its ``log q`` ``(B, 1)`` and ``log p~_y(alpha AND allowed)`` ``(B,)``.
+def _mpe(engine: Engine, circuit: Circuit, proposal: Proposal, anchor: Tensor, allowed: Tensor | None,
+         root: int | None, chunk_size: int | None) -> Candidates:
+    """``argmax q`` of a factorized proposal as one candidate ``(B, 1, n)`` in the model's values.
 
     With a value map each class value of position ``i`` stands for its best token: its weight is multiplied by
-    ``max_t r_i(t)`` over the class before the MPE, and it is filled with that token (module docs)."""
-    log_z = circuit.log_prob(cond, allowed)
+    the largest within-class probability of its tokens before the MPE, and it is filled with that token (module docs)."""
+    values, tokens = proposal.factors(engine, circuit, anchor, allowed, root, chunk_size)
+    log_z = circuit.log_prob(values, allowed)
     log_z = log_z[:, root or 0] if log_z.dim() == 2 else log_z
-    x = cond
+    check_mass(log_z)
+    x = values
     vm = engine.value_map
     if vm is not None:
-        r = _class_log_probs(engine, sample)  # (B, n, V)
-        best = r.new_full(cond.shape, float("-inf")).scatter_reduce(-1, vm.on(r.device)[1].expand_as(r), r, "amax")
-        x = cond + best  # each class value weighted by its best token's log r_i
+        lookup = vm.on(tokens.device)[1]
+        best = tokens.new_full(values.shape, float("-inf")).scatter_reduce(-1, lookup.expand_as(tokens), tokens,
+                                                                            "amax")
+        x = values + best  # each class value weighted by its best token
     best_q = circuit.mpe(x, allowed, root=root)
-    values = best_q.values[:, None]  # (B, 1, n)
+    out = best_q.values[:, None]  # (B, 1, n)
     if vm is not None:  # each class value filled with its best token
-        in_class = vm.on(r.device)[1] == best_q.values[..., None]  # (B, n, V)
-        values = r.masked_fill(~in_class, float("-inf")).argmax(-1)[:, None]
-    return values, (best_q.log_prob - log_z)[:, None], log_z
+        in_class = lookup == best_q.values[..., None]  # (B, n, V)
+        out = tokens.masked_fill(~in_class, float("-inf")).argmax(-1)[:, None]
+    return Candidates(out, (best_q.log_prob - log_z)[:, None], proposal.score(engine, out, chunk_size), log_z)

@@ -1,10 +1,11 @@
-"""The checksummed file format of a circuit: its arrays in a ``.npz`` file (no torch).
+"""The one checksummed file format of the package: named arrays in a ``.npz`` file (no torch).
 
-A file holds the arrays of :meth:`Dag.to_arrays <pseudosl.logic.dag.Dag.to_arrays>`, a ``label`` and the
-SHA-256 of both (:func:`checksum`).  :func:`read_arrays` refuses, naming the file, one that is unreadable,
-truncated, fails its checksum or holds another label; :meth:`Dag.load <pseudosl.logic.dag.Dag.load>` then
-checks that the arrays are a valid circuit, and :meth:`Dag.save <pseudosl.logic.dag.Dag.save>` writes them
-with :func:`write_arrays`.
+A file holds named arrays, a ``label`` and the SHA-256 of both (:func:`checksum`).  :func:`read_arrays` refuses,
+naming the file, one that is unreadable, truncated, fails its checksum or holds another label (and always closes
+it).  Its users: a circuit (:meth:`Dag.save <pseudosl.logic.dag.Dag.save>` writes the arrays of
+:meth:`Dag.to_arrays <pseudosl.logic.dag.Dag.to_arrays>`, :meth:`Dag.load <pseudosl.logic.dag.Dag.load>` then
+checks that they are a valid circuit) and every entry of the on-disk cache (:mod:`pseudosl.cache`: a circuit, or
+the arrays of an automaton, labelled with their cache key).
 """
 
 from __future__ import annotations
@@ -23,26 +24,31 @@ __all__ = ["write_arrays", "read_arrays", "checksum", "npz_path", "saved_path"]
 
 def write_arrays(path: str | Path, arrays: dict[str, np.ndarray], label: str = "") -> None:
     """Write ``arrays``, ``label`` and their SHA-256 checksum to ``path`` (an ``.npz`` file)."""
+    if reserved := sorted({"label", "checksum"} & set(arrays)):
+        raise ValueError(f"arrays named {reserved} would be overwritten by the file's own label and checksum; "
+                         f"rename them")
     np.savez_compressed(path, **arrays, label=np.array(label), checksum=np.array(checksum(arrays, label)))
 
 
-def read_arrays(path: str | Path, label: str | None = None) -> tuple[dict[str, np.ndarray], bool]:
+def read_arrays(path: str | Path, label: str | None = None, *, what: str = "circuit"
+                ) -> tuple[dict[str, np.ndarray], bool]:
     """The arrays of a file written by :func:`write_arrays`, and whether it had a checksum (a file without one
-    was made elsewhere); :class:`~pseudosl.logic.errors.CircuitFormatError` naming ``path`` when it is
-    unreadable, truncated, fails its checksum or holds another ``label`` (when one is asked for)."""
+    was made elsewhere); :class:`~pseudosl.logic.errors.CircuitFormatError` naming ``path`` (a saved ``what``) when
+    it is unreadable, truncated, fails its checksum or holds another ``label`` (when one is asked for)."""
     try:
-        with np.load(path, allow_pickle=False) as f:
+        # opened here, not by np.load: np.load leaves its own file open when the zip archive is truncated
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as f:
             arrays = {k: f[k] for k in f.files}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
-        raise CircuitFormatError(f"{path} is not a saved pseudosl circuit ({type(e).__name__}: {e}); "
+        raise CircuitFormatError(f"{path} is not a saved pseudosl {what} ({type(e).__name__}: {e}); "
                                  f"save circuits with Circuit.save, or delete the file to rebuild it") from None
     stored = str(arrays.pop("label", ""))
     sha = arrays.pop("checksum", None)
     if sha is not None and str(sha) != checksum(arrays, stored):
         raise CircuitFormatError(f"{path} fails its checksum: it was modified or corrupted after it was saved; "
-                                 f"delete it (a cached circuit is then rebuilt)")
+                                 f"delete it (a cached {what} is then rebuilt)")
     if label is not None and stored != label:
-        raise CircuitFormatError(f"{path} holds the circuit saved as {stored!r}, not {label!r}")
+        raise CircuitFormatError(f"{path} holds the {what} saved as {stored!r}, not {label!r}")
     return arrays, sha is not None
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from torch import Tensor, nn
 
 from .causal_lm import CausalLMEngine
-from ..tokens.constraint import ValueMap
+from ..tokens.value_map import ValueMap
 from .decoder import RecurrentDecoder
 from .engine import Engine, LogJointEngine
 from .recurrent import EmbeddingSteps, RecurrentEngine, RecurrentSteps, State

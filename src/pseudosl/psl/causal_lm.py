@@ -47,8 +47,8 @@ from torch.utils.checkpoint import checkpoint
 from .. import checks
 from ..checks import check_bool, check_candidates, check_int, check_positions, check_sample
 from ..memory import check_budget, release_freed_cpu_memory
-from ..tokens.constraint import ValueMap
-from .engine import Engine, exact_mode
+from ..tokens.value_map import ValueMap
+from .engine import Engine, LogitsHook, exact_mode
 from .folded_neighbours import FoldedNeighbours
 from .lm_memory import MAX_LENGTH, LMShape, NeighbourPlan, default_budget, plan_neighbours, plan_rows
 from .sampling import sample_from_logits
@@ -274,11 +274,12 @@ class CausalLMEngine(Engine):
     @torch.no_grad()
     def sample(self, example: Tensor | None = None, *, batch_size: int | None = None, length: int | None = None,
                temperature: float = 1.0, top_p: float | None = None, greedy: bool = False,
-               generator: torch.Generator | None = None) -> Tensor:
+               generator: torch.Generator | None = None, logits_processor: LogitsHook | None = None) -> Tensor:
         """``(N, length)`` ancestral samples of the prompts' continuations, token by token on the key/value cache.
 
         Exact samples of ``p`` (no token is banned, none ends the sequence early), except that with
-        ``n_values`` < vocabulary only the tokens ``0 .. n_values-1`` are drawn (the others masked at each step).
+        ``n_values`` < vocabulary only the tokens ``0 .. n_values-1`` are drawn (the others masked at each step),
+        and that ``logits_processor`` (:meth:`Engine.sample`) rewrites each step's logits.
         """
         n = self.sample_length(length)
         self._check_length(n)
@@ -295,6 +296,8 @@ class CausalLMEngine(Engine):
                 if self._restricted():
                     logits = logits.masked_fill(torch.arange(self.vocab_size, device=device) >= self.n_values,
                                                 float("-inf"))
+                if logits_processor is not None:
+                    logits = logits_processor(out, logits)
                 tok = sample_from_logits(logits, temperature=temperature, top_p=top_p, greedy=greedy,
                                          generator=generator).to(device)[:, None]
                 out = torch.cat([out, tok], 1)

@@ -25,7 +25,7 @@ member                                                       meaning
                                                              examples
 ``step_log_probs(y, example)``                               ``(N, n, V)`` ``log p(. | y_<t, x_{example_r})``
 ``sample(example=None, *, batch_size, length, temperature,`` ``(N, n)`` ancestral samples ``y ~ p(. | x_b)``, one
-``top_p, greedy, generator)``                                per entry of ``example`` (default: one per bound
+``top_p, greedy, generator, logits_processor)``              per entry of ``example`` (default: one per bound
                                                              example), in the model's values, without dropout
 ``circuit_values(y)``                                        the circuit's values of the model's values ``y``
 ``example_ids(batch)``                                       the examples of the rows of a ``(B, n)`` sample
@@ -59,10 +59,14 @@ from torch import Tensor, nn
 from .. import checks, memory
 from ..checks import check_bool, check_int, check_sample
 from ..circuit import Circuit
-from ..tokens.constraint import Constraint, ValueMap
+from ..tokens.constraint import Constraint
+from ..tokens.value_map import ValueMap
 from .neighbours import check_log_joint_output, local_conditionals
 
-__all__ = ["Engine", "LogJointEngine", "exact_mode", "trainable_recurrence"]
+__all__ = ["Engine", "LogJointEngine", "LogitsHook", "exact_mode", "trainable_recurrence"]
+
+LogitsHook = Callable[[Tensor, Tensor], Tensor]
+"""``(prefix (N, t) long, logits (N, V)) -> (N, V)``: what :meth:`Engine.sample` calls before each draw."""
 
 
 class Engine(abc.ABC):
@@ -104,8 +108,13 @@ class Engine(abc.ABC):
 
     def sample(self, example: Tensor | None = None, *, batch_size: int | None = None, length: int | None = None,
                temperature: float = 1.0, top_p: float | None = None, greedy: bool = False,
-               generator: torch.Generator | None = None) -> Tensor:
-        """``(N, n)`` detached long ancestral samples, one per entry of ``example`` (see :meth:`draw_ids`)."""
+               generator: torch.Generator | None = None, logits_processor: LogitsHook | None = None) -> Tensor:
+        """``(N, n)`` detached long ancestral samples, one per entry of ``example`` (see :meth:`draw_ids`).
+
+        ``logits_processor(prefix (N, t) long, logits (N, V)) -> (N, V)``, when given, rewrites each step's
+        next-value logits before ``temperature``, ``top_p`` and the draw (as a Hugging Face ``LogitsProcessor``
+        does, but ``prefix`` holds the sampled values only, not the prompt): masks, forced values, a record of
+        the draw's distribution (:mod:`pseudosl.generation.proposals` uses it)."""
         raise NotImplementedError(f"{type(self).__name__} cannot sample (a bare log_joint is not autoregressive): "
                                   "make the engine from the model itself with pseudosl.as_engine, or pass samples")
 

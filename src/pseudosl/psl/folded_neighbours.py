@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from ..checks import check_int
-from ..tokens.constraint import ValueMap, fold_classes
+from ..tokens.value_map import ValueMap, fold_classes
 
 __all__ = ["FoldedNeighbours", "Candidates"]
 

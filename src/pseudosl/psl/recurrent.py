@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from .. import checks
 from ..checks import check_bool, check_candidates, check_int, check_positions, check_sample
-from .engine import Engine, exact_mode
+from .engine import Engine, LogitsHook, exact_mode
 from .sampling import sample_from_logits
 
 __all__ = ["RecurrentSteps", "EmbeddingSteps", "RecurrentEngine", "State"]
@@ -197,11 +197,12 @@ class RecurrentEngine(Engine):
     @torch.no_grad()
     def sample(self, example: Tensor | None = None, *, batch_size: int | None = None, length: int | None = None,
                temperature: float = 1.0, top_p: float | None = None, greedy: bool = False,
-               generator: torch.Generator | None = None, fixed: Tensor | None = None) -> Tensor:
-        """``(N, n)`` ancestral samples (see :meth:`Engine.sample`), in the mode of the conditionals
-        (:func:`exact_mode`: dropout off unless the engine keeps it).  ``fixed`` ``(N, n)`` long clamps positions to
-        known values (``-1`` = free): a fixed position is not sampled and the following steps condition on its
-        value (e.g. a Sudoku's givens)."""
+               generator: torch.Generator | None = None, fixed: Tensor | None = None,
+               logits_processor: LogitsHook | None = None) -> Tensor:
+        """``(N, n)`` ancestral samples (see :meth:`Engine.sample`; ``logits_processor`` rewrites each step's
+        logits), in the mode of the conditionals (:func:`exact_mode`: dropout off unless the engine keeps it).
+        ``fixed`` ``(N, n)`` long clamps positions to known values (``-1`` = free): a fixed position is not sampled
+        and the following steps condition on its value (e.g. a Sudoku's givens)."""
         n = self.sample_length(length)
         device = self.rnn.weight_hh_l0.device
         example = self.draw_ids(example, batch_size, device, n)
@@ -216,7 +217,10 @@ class RecurrentEngine(Engine):
             prev = torch.full((rows, 1), -1, dtype=torch.long, device=device)
             for t in range(n):
                 h, state = _run(self.rnn, self.steps.inputs(prev, torch.full_like(prev, t), example), state)
-                prev = sample_from_logits(self.steps.head(h[:, 0]), temperature=temperature, top_p=top_p,
+                logits = self.steps.head(h[:, 0])
+                if logits_processor is not None:
+                    logits = logits_processor(out, logits)
+                prev = sample_from_logits(logits, temperature=temperature, top_p=top_p,
                                           greedy=greedy, generator=generator).to(device)[:, None]
                 if fixed is not None:
                     prev = torch.where(fixed[:, t:t + 1] >= 0, fixed[:, t:t + 1], prev)

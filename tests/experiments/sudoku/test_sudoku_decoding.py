@@ -127,14 +127,14 @@ def test_convnet_constrained_is_the_brute_force_argmax(float64_default):
     model = ConvNet(channels=8, layers=1, size=4).eval()
     puzzles = puzzles_with_blanks(10, 8, seed=4)
     out = decode(model, puzzles, "constrained", num_candidates=16)
-    assert out.ess is None and torch.equal(out.digits[puzzles > 0], puzzles[puzzles > 0])
+    assert out.ess is None and torch.equal(out.values[puzzles > 0], puzzles[puzzles > 0])
     with torch.no_grad():
         logp = model(puzzles).log_softmax(-1)
     several_seen = 0
     for b, p in enumerate(puzzles.tolist()):
         grids = completions(p)                                                  # (C, 16)
         score = logp[b].gather(1, (grids - 1).t()).sum(0)                       # (C,) log q(completion)
-        assert torch.equal(out.digits[b], grids[score.argmax()])
+        assert torch.equal(out.values[b], grids[score.argmax()])
         several_seen += len(grids) > 1
     assert several_seen >= 3
 
@@ -145,7 +145,7 @@ def test_convnet_resample_draws_from_the_model_given_the_puzzle(float64_default)
     p = several(4)
     grids = completions(p)
     draws = decode(model, torch.tensor([p]).repeat(1500, 1), "resample", num_candidates=16,
-                   generator=torch.Generator().manual_seed(0)).digits
+                   generator=torch.Generator().manual_seed(0)).values
     with torch.no_grad():
         logp = model(torch.tensor([p])).log_softmax(-1)[0]
     q = logp.gather(1, (grids - 1).t()).sum(0).softmax(0)                      # q(completion | puzzle)
@@ -178,7 +178,7 @@ def test_rnn_constrained_is_the_argmax_of_its_local_distribution(float64_default
         grids = completions(p)
         cond = _local_conditionals(model, puzzles[b], anchor[b])
         score = cond.gather(1, (grids - 1).t()).sum(0)
-        assert torch.equal(out.digits[b], grids[score.argmax()])
+        assert torch.equal(out.values[b], grids[score.argmax()])
 
 
 def test_rnn_resample_follows_the_exact_resampling_distribution(float64_default):
@@ -201,8 +201,8 @@ def test_rnn_resample_follows_the_exact_resampling_distribution(float64_default)
     out = decode(model, puzzle[None].repeat(800, 1), "resample", num_candidates=k,
                  generator=torch.Generator().manual_seed(0))
     assert ((out.ess >= 1 - ATOL64) & (out.ess <= k + ATOL64)).all()
-    index = (out.digits[:, None, :] == grids[None]).all(-1).long().argmax(1)
-    assert is_consistent(out.digits, puzzle[None].expand(800, -1)).all()
+    index = (out.values[:, None, :] == grids[None]).all(-1).long().argmax(1)
+    assert is_consistent(out.values, puzzle[None].expand(800, -1)).all()
     l1, bound, p_value = sample_fit(torch.bincount(index, minlength=len(grids)), want)
     assert l1 <= bound and p_value > P_VALUE_MIN
 

@@ -11,7 +11,7 @@ from accelerate import Accelerator
 from pseudosl.cli import build_parser, main as cli_main
 from pseudosl.experiments.sudoku.config import SudokuConfig, load_config, preset_path
 from pseudosl.experiments.sudoku.data import generate
-from pseudosl.experiments.harness import train_run
+from pseudosl.experiments.loop import train_run
 from pseudosl.experiments.sudoku.models import build_model
 from pseudosl.experiments.sudoku.train import Objective, SudokuExperiment
 from tolerances import ATOL32, ATOL32_BOARD, RTOL32

@@ -63,7 +63,7 @@ def test_resnet_constrained_is_the_brute_force_argmax(float64_default):
     with torch.no_grad():
         x = oracle.boolean_to_categorical(F.logsigmoid(model(m)))            # (6, 12, 2) log q(edge value)
     w = oracle.log_weights(x).masked_fill(~torch.as_tensor(PATHS), float("-inf"))  # (6, 4096)
-    assert torch.equal(index(out.edges), w.argmax(1))
+    assert torch.equal(index(out.values), w.argmax(1))
 
 
 def test_resnet_resample_draws_from_the_model_given_the_constraint(float64_default):
@@ -77,8 +77,8 @@ def test_resnet_resample_draws_from_the_model_given_the_constraint(float64_defau
     with torch.no_grad():
         x = oracle.boolean_to_categorical(F.logsigmoid(model(m[:1])))
     want = oracle.conditional(PATHS, x)[0]                                    # q(. | simple path), (4096,)
-    assert torch.as_tensor(PATHS)[index(out.edges)].all()
-    l1, bound, p_value = sample_fit(torch.bincount(index(out.edges), minlength=4096), want)
+    assert torch.as_tensor(PATHS)[index(out.values)].all()
+    l1, bound, p_value = sample_fit(torch.bincount(index(out.values), minlength=4096), want)
     assert l1 <= bound and p_value > P_VALUE_MIN
 
 
@@ -116,7 +116,7 @@ def test_lstm_constrained_is_the_argmax_of_its_local_distribution(float64_defaul
     for b in range(5):
         cond = _local(_log_p(model, m[b:b + 1]), anchors[b])
         w = oracle.log_weights(cond[None])[0].masked_fill(~torch.as_tensor(PATHS), float("-inf"))
-        assert index(out.edges[b]) == w.argmax()
+        assert index(out.values[b]) == w.argmax()
 
 
 def test_lstm_resample_follows_the_exact_resampling_distribution(float64_default):
@@ -131,8 +131,8 @@ def test_lstm_resample_follows_the_exact_resampling_distribution(float64_default
     out = decode(model, m.repeat(3000, 1, 1, 1), path_circuit(K_GRID), "resample", num_candidates=k,
                  generator=torch.Generator().manual_seed(0))
     assert ((out.ess >= 1 - ATOL64) & (out.ess <= k + ATOL64)).all()
-    assert torch.as_tensor(PATHS)[index(out.edges)].all()
-    l1, bound, p_value = sample_fit(torch.bincount(index(out.edges), minlength=4096), want)
+    assert torch.as_tensor(PATHS)[index(out.values)].all()
+    l1, bound, p_value = sample_fit(torch.bincount(index(out.values), minlength=4096), want)
     assert l1 <= bound and p_value > P_VALUE_MIN
 
 

@@ -9,7 +9,7 @@ from accelerate import Accelerator
 
 import pseudosl
 from pseudosl.cli import main as cli_main
-from pseudosl.experiments.harness import train_run
+from pseudosl.experiments.loop import train_run
 from pseudosl.experiments.warcraft.config import PRESETS, WarcraftConfig, load_config, preset_path
 from pseudosl.experiments.warcraft.data import generate
 from pseudosl.experiments.warcraft.grid import mask_to_edges

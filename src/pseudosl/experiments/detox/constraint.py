@@ -1,4 +1,4 @@
-"""The detox constraint: no forbidden word occurs in a window of ``L`` generated tokens.
+"""The detox constraint: no forbidden word occurs in the generated tokens.
 
 Each word ``w`` of the list becomes two token sequences, ``tokenize(w)`` and ``tokenize(" " + w)``
 (GPT-2's BPE spells a word differently at the start of a text and after a space).  The constraint
@@ -6,18 +6,17 @@ over token positions ``y_1 .. y_L`` is
 
     alpha(y) = NOT  OR_{s in S}  OR_{t}  [ y_t .. y_{t+|s|-1} = s ]
 
-built by the library in one call, :func:`pseudosl.no_forbidden_sequences`: the Aho--Corasick automaton
-of the sequences unrolled over ``L`` positions, every token outside them folded into one catch-all value
-(:class:`pseudosl.ValueMap`), so the circuit has ``D + 1`` values per position, ``O(n_states * L)`` nodes,
-whatever the vocabulary size.  The folding is exact.  What is the experiment's own: the word list, the two
-spellings, and keeping every sequence (:attr:`ForbiddenWords.sequences`, longer ones included) for the
-lexical check of whole texts.
+built by the library: :func:`pseudosl.no_forbidden_sequences` over a window of ``L`` positions (the Aho--Corasick
+automaton of the sequences unrolled, every token outside them folded into one catch-all value of a
+:class:`pseudosl.ValueMap`, so the circuit has ``D + 1`` values per position whatever the vocabulary), and the same
+automaton unrolled over no window for the streaming logits processor.  The folding is exact.
 
 A pretrained model (``model`` other than ``"scratch"``) is constrained on its decoded text instead
 (:func:`pseudosl.no_forbidden_words`: a word is forbidden whichever tokens spell it, any case, at word
-boundaries).  :class:`DetoxWords` holds either level behind one interface: the windows the PSL and the
-decoders use, the check of a whole continuation that the word rate counts, and the two spellings' token
-sequences that word banning bans (Hugging Face's ``bad_words_ids`` can only ban token sequences).
+boundaries).  :class:`DetoxWords` holds either level behind one interface: the windows the PSL and resampling use,
+the automaton the streaming processor follows, the check of a whole continuation, and the two spellings' token
+sequences that word banning bans (Hugging Face's ``bad_words_ids`` can only ban token sequences), gathered for the
+shared decoders as one :class:`~pseudosl.experiments.decoders.Target`.
 
 Example:
     >>> import torch, pseudosl
@@ -31,30 +30,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 import pseudosl
+from pseudosl.logic.automaton import forbidden_sequences_sparse_dfa
+from pseudosl.tokens import AutomatonConstraint
 
-__all__ = ["ForbiddenWords", "DetoxWords", "contains_forbidden", "forbidden_sequences", "forbidden_words_constraint"]
+from ..decoders import Target
 
-
-@dataclass(frozen=True)
-class ForbiddenWords(pseudosl.Constraint):
-    """The compiled constraint (:class:`pseudosl.Constraint`: ``circuit``, ``value_map``, ``stats``) and the words'
-    token sequences.
-
-    Attributes:
-        sequences: every forbidden token sequence (both spellings of each word), longer ones included.
-        stats: :func:`pseudosl.no_forbidden_sequences`'s (``n_sequences``, ``n_too_long``, ``n_tokens`` (``D``),
-            ``n_states``, ``nodes``, ``edges``, ``compile_s``) and ``n_words``.
-    """
-
-    sequences: list[list[int]] = field(default_factory=list)
-
-    @property
-    def window(self) -> int:
-        """``L``, the number of token positions."""
-        return self.circuit.n_vars
+__all__ = ["DetoxWords", "contains_forbidden", "forbidden_sequences"]
 
 
 def forbidden_sequences(tokenizer: Any, words: Sequence[str]) -> list[list[int]]:
@@ -78,28 +63,6 @@ def forbidden_sequences(tokenizer: Any, words: Sequence[str]) -> list[list[int]]
     return [list(s) for s in seqs]
 
 
-def forbidden_words_constraint(tokenizer: Any, words: Sequence[str], window: int = 10, *, cache: bool = True,
-                               vocab_size: int | None = None) -> ForbiddenWords:
-    """The constraint "no word of ``words`` occurs in ``window`` generated tokens" for ``tokenizer``'s model.
-
-    Args:
-        tokenizer: a Hugging Face tokenizer.
-        words: the forbidden words (:func:`~pseudosl.experiments.detox.words.load_words`).
-        window: ``L``, the paper uses 10.
-        cache: use the on-disk circuit cache.
-        vocab_size: the model's vocabulary size when it differs from ``len(tokenizer)`` (padded embeddings).
-
-    Usage (``tokenizer``: GPT-2's; see docs/detox.md for the sizes)::
-
-        fw = forbidden_words_constraint(tokenizer, load_words(), window=10)
-        fw.stats["n_tokens"], fw.circuit.n_nodes
-    """
-    vocab_size = len(tokenizer) if vocab_size is None else vocab_size
-    sequences = forbidden_sequences(tokenizer, words)
-    c = pseudosl.no_forbidden_sequences(sequences, window, vocab_size, cache=cache)
-    return ForbiddenWords(c.circuit, c.value_map, {**c.stats, "n_words": len(words)}, sequences=sequences)
-
-
 def contains_forbidden(token_ids: Sequence[int], sequences: Sequence[Sequence[int]]) -> bool:
     """Direct check: does any of ``sequences`` occur contiguously in ``token_ids``?"""
     ids = [int(t) for t in token_ids]
@@ -111,6 +74,16 @@ def contains_forbidden(token_ids: Sequence[int], sequences: Sequence[Sequence[in
     return any(tuple(ids[i:i + n]) in group for n, group in by_len.items() for i in range(len(ids) - n + 1))
 
 
+def _sequences_automaton(sequences: Sequence[Sequence[int]], vocab_size: int) -> AutomatonConstraint:
+    """"No sequence of ``sequences`` occurs", for any length: the automaton :func:`pseudosl.no_forbidden_sequences`
+    unrolls over a window, over the same folded values (the sequences' tokens, then one catch-all)."""
+    tokens = sorted({int(t) for s in sequences for t in s})
+    value_map = pseudosl.ValueMap(tokens, vocab_size)
+    index = {t: v for v, t in enumerate(tokens)}
+    dfa = forbidden_sequences_sparse_dfa([[index[int(t)] for t in s] for s in sequences], value_map.n_values)
+    return AutomatonConstraint(dfa, value_map, {"n_sequences": len(sequences), "n_tokens": len(tokens)})
+
+
 @dataclass
 class DetoxWords:
     """The experiment's forbidden words over one tokenizer, at the token-sequence level or at the text level.
@@ -118,10 +91,10 @@ class DetoxWords:
     Attributes:
         words: the forbidden words.
         sequences: their token sequences, both spellings (:func:`forbidden_sequences`): what word banning bans and
-            what the SGEAT windows are centred on.
+            what the SGEAT windows of the token level are centred on.
         vocab_size: the model's vocabulary.
-        text: ``None``: the constraint is "no sequence of ``sequences`` occurs" (:func:`forbidden_words_constraint`);
-            else :func:`pseudosl.no_forbidden_words` over the tokenizer: "the decoded text holds none of ``words``".
+        text: ``None``: the constraint is "no sequence of ``sequences`` occurs"; else
+            :func:`pseudosl.no_forbidden_words` over the tokenizer: "the decoded text holds none of ``words``".
     """
 
     words: list[str]
@@ -129,6 +102,8 @@ class DetoxWords:
     vocab_size: int
     text: Any = None  # pseudosl.tokens.AutomatonConstraint
     windows: dict[int, pseudosl.Constraint] = field(default_factory=dict, repr=False)
+    streamed: list[AutomatonConstraint] = field(default_factory=list, repr=False)
+    dead: set[int] = field(default_factory=set, repr=False)
 
     @classmethod
     def build(cls, tokenizer: Any, words: Sequence[str], vocab_size: int, *, text_level: bool) -> DetoxWords:
@@ -141,6 +116,15 @@ class DetoxWords:
     def level(self) -> str:
         return "text" if self.text is not None else "token sequences"
 
+    @property
+    def automaton(self) -> AutomatonConstraint:
+        """The constraint for any number of tokens (the streaming processor follows it token by token)."""
+        if self.text is not None:
+            return self.text
+        if not self.streamed:
+            self.streamed.append(_sequences_automaton(self.sequences, self.vocab_size))
+        return self.streamed[0]
+
     def window(self, n: int) -> pseudosl.Constraint:
         """The constraint over ``n`` generated positions (compiled once per ``n``, cached on disk by the library)."""
         if n not in self.windows:
@@ -148,9 +132,40 @@ class DetoxWords:
                                pseudosl.no_forbidden_sequences(self.sequences, n, self.vocab_size))
         return self.windows[n]
 
+    def target(self, n: int) -> Target:
+        """What the shared decoders keep ``n`` generated tokens inside: the window over them (resampling, only the
+        continuations that hold a word), the automaton (the streaming processor), the banned sequences (word
+        banning)."""
+        return Target([self.window(n)], automaton=self.automaton, banned=self.sequences, violators_only=True)
+
     def holds_word(self, ids: Sequence[int]) -> bool:
         """Does the continuation ``ids`` (token ids, any length) break the constraint: hold a forbidden word?"""
         ids = [int(t) for t in ids]
         if self.text is None:
             return contains_forbidden(ids, self.sequences)
         return bool(ids) and not bool(self.text.satisfied(torch.tensor([ids], dtype=torch.long))[0])
+
+    def first_violation(self, ids: Sequence[int]) -> tuple[int, int] | None:
+        """``(start, length)`` of the tokens where the first forbidden word of ``ids`` is found, or ``None``: at the
+        token level the first occurrence of a sequence; at the text level the token after which a listed word is
+        certain (the automaton's dead state; a word ending the text: the last token), length 1."""
+        ids = [int(t) for t in ids]
+        if self.text is None:
+            from .generation import first_occurrence
+            return first_occurrence(ids, self.sequences)
+        dfa = self.text.dfa
+        if not self.dead:
+            self.dead.update(_dead_states(dfa))
+        state = np.array([dfa.start])
+        for t, v in enumerate(self.text.values(torch.tensor(ids, dtype=torch.long)).tolist()):
+            state = dfa.step(state, np.array([v]))
+            if int(state[0]) in self.dead:
+                return t, 1
+        return None if int(state[0]) in dfa.accepting else (len(ids) - 1, 1)
+
+
+def _dead_states(dfa: Any) -> set[int]:
+    """The rejecting states that every value leaves where they are (a listed word has been read)."""
+    values = np.arange(dfa.n_values)
+    return {s for s in range(dfa.n_states) if s not in dfa.accepting
+            and bool((dfa.step(np.full(dfa.n_values, s), values) == s).all())}

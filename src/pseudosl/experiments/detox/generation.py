@@ -21,16 +21,16 @@ import math
 import random
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..runs import atomic_path
-from .lm import sample_continuations
+from .lm import CausalLM, sample_continuations
 
-__all__ = ["scored_generations", "sgeat_split", "forbidden_windows", "first_occurrence"]
+__all__ = ["scored_generations", "sgeat_split", "forbidden_windows", "window_starts", "first_occurrence"]
 
 
 def sgeat_split(scores: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -58,22 +58,30 @@ def first_occurrence(ids: Sequence[int], sequences: Sequence[Sequence[int]]) -> 
     return best
 
 
-def forbidden_windows(ids: Tensor, sequences: Sequence[Sequence[int]], window: int, seed: int) -> Tensor:
-    """``(M, window)`` windows of ``ids (M, L)``: around the first forbidden sequence, else at a seeded random start."""
+def window_starts(ids: Tensor, locate: Callable[[list[int]], tuple[int, int] | None], window: int,
+                  seed: int) -> list[int]:
+    """Where the window of ``window`` tokens of each row of ``ids (M, L)`` starts: centred on ``locate(row)``
+    (``(start, length)`` of its first forbidden word, e.g. :func:`first_occurrence`), else at a seeded random
+    start (one ``random.Random(seed)`` for all rows)."""
     m, length = ids.shape
     if not 1 <= window <= length:
         raise ValueError(f"window = {window} must lie in 1..{length} (the sample length)")
     rng = random.Random(seed)
-    rows = []
+    starts = []
     for row in ids.tolist():
-        hit = first_occurrence(row, sequences)
+        hit = locate(row)
         if hit is not None:
             start = hit[0] - (window - min(hit[1], window)) // 2
         else:
             start = rng.randrange(length - window + 1)
-        start = max(0, min(start, length - window))
-        rows.append(row[start:start + window])
-    return torch.tensor(rows, dtype=torch.long).view(m, window)
+        starts.append(max(0, min(start, length - window)))
+    return starts
+
+
+def forbidden_windows(ids: Tensor, sequences: Sequence[Sequence[int]], window: int, seed: int) -> Tensor:
+    """``(M, window)`` windows of ``ids (M, L)``: around the first forbidden sequence, else at a seeded random start."""
+    starts = window_starts(ids, lambda row: first_occurrence(row, sequences), window, seed)
+    return torch.tensor([row[s:s + window] for row, s in zip(ids.tolist(), starts)], dtype=torch.long).view(-1, window)
 
 
 def _key(model_id: str, cfg: Any, scorer_name: str) -> str:
@@ -115,8 +123,10 @@ def scored_generations(model: Any, tokenizer: Any, scorer: Any, cfg: Any, model_
             torch.cuda.manual_seed_all(cfg.data_seed)
         was = model.training
         model.eval()
-        ids, texts = sample_continuations(model, tokenizer, None, cfg.n_generations, cfg.gen_length, top_p=cfg.gen_top_p,
-                                          temperature=cfg.gen_temperature, batch_size=cfg.gen_batch, fixed_length=True)
+        sampler = CausalLM(model, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                           new_tokens=cfg.gen_length, top_p=cfg.gen_top_p, temperature=cfg.gen_temperature)
+        ids, texts = sample_continuations(sampler, tokenizer, None, cfg.n_generations, batch_size=cfg.gen_batch,
+                                          fixed_length=True)
         model.train(was)
     texts = texts[0]
     scores = [float(s) for s in scorer.score(texts)]

@@ -22,13 +22,14 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
 
 import numpy as np
 
 from .constraint import contains_forbidden
 
-__all__ = ["toxicity_metrics", "word_rate"]
+__all__ = ["toxicity_metrics", "word_rate", "words_regex"]
 
 
 def toxicity_metrics(scores: np.ndarray | Sequence[Sequence[float]], threshold: float = 0.5, *,
@@ -81,3 +82,19 @@ def word_rate(continuations: Sequence[Sequence[int]], sequences: Sequence[Sequen
         rows = [r[:r.index(eos)] if eos in r else r for r in rows]
     holds = sequences if callable(sequences) else (lambda r: contains_forbidden(r, sequences))
     return sum(bool(holds(r)) for r in rows) / len(rows)
+
+
+def words_regex(words: Sequence[str], *, ignore_case: bool = True) -> re.Pattern:
+    """One regular expression that finds any of ``words`` in a text, as :func:`pseudosl.logic.words.word_pattern`
+    finds one: ``(?i)(?<![A-Za-z0-9])(?:W1|W2|...)(?![A-Za-z0-9])`` (longer words first; any Unicode text, an emoji
+    included: the word list's own check, independent of the automaton the constraint compiles).
+
+    Example:
+        >>> r = words_regex(["bad", "so bad", "\N{REVERSED HAND WITH MIDDLE FINGER EXTENDED}"])
+        >>> [bool(r.search(t)) for t in ("BAD!", "badge", "not so bad", "a-bad", "xbad", "ok \N{REVERSED HAND WITH MIDDLE FINGER EXTENDED}")]
+        [True, False, True, True, False, True]
+    """
+    if isinstance(words, str) or not words or not all(isinstance(w, str) and w for w in words):
+        raise ValueError(f"words must be a non-empty list of non-empty strings, got {words!r:.80}")
+    body = "|".join(re.escape(w) for w in sorted(set(words), key=lambda w: (-len(w), w)))
+    return re.compile(("(?i)" if ignore_case else "") + r"(?<![A-Za-z0-9])(?:" + body + r")(?![A-Za-z0-9])")

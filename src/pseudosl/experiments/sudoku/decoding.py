@@ -15,8 +15,6 @@ tell models apart.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 
@@ -24,30 +22,22 @@ from .. import decoders
 from ..structured import StructuredModel
 from .constraint import givens_mask, puzzle_circuit
 
-__all__ = ["DECODERS", "Decoded", "decode", "check_decoder"]
+__all__ = ["DECODERS", "decode"]
 
 DECODERS = decoders.decoder_labels("constrained", "resample", "greedy")  # name -> row label
 
 
-class Decoded(NamedTuple):
-    digits: Tensor       # (B, size**2) long, 1..size: a completion of each puzzle
-    ess: Tensor | None   # (B,) effective sample size of the RNN's resampling weights (in [1, K]); None otherwise
-
-
-def check_decoder(decoder: str) -> None:
-    decoders.check_decoder(decoder, tuple(DECODERS))
-
-
 @torch.no_grad()
 def decode(model: StructuredModel, puzzles: Tensor, decoder: str, *, num_candidates: int,
-           generator: torch.Generator | None = None) -> Decoded:
+           generator: torch.Generator | None = None) -> decoders.Decoded:
     """Completions ``(B, size**2)`` of ``puzzles`` (digits, 0 = blank) by ``decoder`` (module docs); the model is in
     eval mode.  ``num_candidates``: ``K`` of the RNN's ``resample``."""
-    check_decoder(decoder)
+    decoders.check_decoder(decoder, tuple(DECODERS))
     if puzzles.shape[0] == 0:
-        return Decoded(puzzles.clone(), puzzles.new_zeros(0, dtype=torch.float) if decoder == "resample" and
-                       model.autoregressive else None)
+        return decoders.Decoded(puzzles.clone(), puzzles.new_zeros(0, dtype=torch.float)
+                                if decoder == "resample" and model.autoregressive else None)
     target = decoders.Target([puzzle_circuit(p, device=puzzles.device) for p in puzzles.tolist()],
                              givens_mask(puzzles))                       # the givens as unit constraints
-    out = decoders.decode(model, puzzles, decoder, target, num_candidates=num_candidates, generator=generator)
-    return Decoded(out.values + 1, out.ess)
+    out = decoders.decode(model, puzzles, decoder, target, num_candidates=num_candidates, generator=generator,
+                          offered=tuple(DECODERS))
+    return decoders.Decoded(out.values + 1, out.ess)

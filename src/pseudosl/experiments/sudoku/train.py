@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..config import model_variant, split_model
+from ..decoders import check_decoder
 from ..experiment import Experiment, Splits
 from ..harness import train as harness_train
 from ..objective import CIRCUIT_FREE, ConstrainedObjective, ConstraintTerm
@@ -33,7 +34,7 @@ from ..summary import CHOSEN
 from .config import CONSTRAINT_LOSS, PRESETS, SudokuConfig
 from .constraint import BOARD_SIZES, board_circuit, givens_mask, is_consistent, puzzle_circuits, sudoku_circuit
 from .data import SudokuData, load_csv, load_or_generate, load_satnet
-from .decoding import DECODERS, check_decoder, decode
+from .decoding import DECODERS, decode
 from .models import build_model
 from .split import GRID_SPLITS, augmentation, load_or_generate_part, split_seed
 
@@ -122,7 +123,7 @@ def evaluate(model: nn.Module, data: SudokuData, accelerator: Any, batch_size: i
     in eval mode.
     """
     if decoder is not None:
-        check_decoder(decoder)
+        check_decoder(decoder, tuple(DECODERS))
     loader = accelerator.prepare(DataLoader(TensorDataset(data.puzzles, data.solutions), batch_size=batch_size))
     preds, puzzles, solutions, ess = [], [], [], []
     for p, s in loader:
@@ -162,6 +163,7 @@ class SudokuExperiment(Experiment[SudokuConfig]):
     decoders = DECODERS
     paper = PAPER
     presets = PRESETS
+    fidelity_models = ("rnn*",)  # the RNN and every RNN + PSL variant: the fidelity block of `pseudosl reproduce`
 
     def chosen_rows(self, cfg: SudokuConfig) -> dict[str, list[str]]:
         """With several PSL weights (``rnn_psl@psl_weight=...`` rows, no other override), the row of the weight

@@ -10,8 +10,6 @@ Consistent is 100 % by construction; Exact (an optimal path) and the cost ratio 
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 
@@ -20,27 +18,16 @@ import pseudosl
 from .. import decoders
 from ..structured import StructuredModel
 
-__all__ = ["DECODERS", "Decoded", "decode", "check_decoder"]
+__all__ = ["DECODERS", "decode"]
 
 DECODERS = decoders.decoder_labels("constrained", "resample")  # name -> row label
 
 
-class Decoded(NamedTuple):
-    edges: Tensor        # (B, E) long 0/1: a simple path per map
-    ess: Tensor | None   # (B,) effective sample size of the CNN-LSTM's resampling weights (in [1, K]); None otherwise
-
-
-def check_decoder(decoder: str) -> None:
-    decoders.check_decoder(decoder, tuple(DECODERS))
-
-
 @torch.no_grad()
 def decode(model: StructuredModel, maps: Tensor, circuit: pseudosl.Circuit, decoder: str, *, num_candidates: int,
-           generator: torch.Generator | None = None) -> Decoded:
+           generator: torch.Generator | None = None) -> decoders.Decoded:
     """Edge vectors ``(B, E)`` of simple paths on ``maps (B, H, W, 3)`` by ``decoder`` (module docs), ``circuit`` the
     simple-path circuit over the ``E`` edges; the model is in eval mode.  ``num_candidates``: ``K`` of the CNN-LSTM's
     ``resample``."""
-    check_decoder(decoder)
-    out = decoders.decode(model, maps, decoder, decoders.Target([circuit]), num_candidates=num_candidates,
-                          generator=generator)
-    return Decoded(out.values, out.ess)
+    return decoders.decode(model, maps, decoder, decoders.Target([circuit]), num_candidates=num_candidates,
+                           generator=generator, offered=tuple(DECODERS))

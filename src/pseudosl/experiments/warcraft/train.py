@@ -32,12 +32,13 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import pseudosl
 
+from ..decoders import check_decoder
 from ..experiment import Experiment, Splits
 from ..harness import train as harness_train
 from ..objective import ConstrainedObjective, ConstraintTerm
 from .config import CONSTRAINT_LOSS, PRESETS, WarcraftConfig
 from .data import SPLITS, WarcraftSplit, load_layout, load_or_generate
-from .decoding import DECODERS, check_decoder, decode
+from .decoding import DECODERS, decode
 from .grid import edge_index, mask_to_edges, shortest_paths
 from .metrics import path_metrics
 from .models import build_model
@@ -130,7 +131,7 @@ def evaluate(model: nn.Module, data: WarcraftData, accelerator: Any, batch_size:
     size of its weights.  Predictions are gathered over processes (``gather_for_metrics``).
     """
     if decoder is not None:
-        check_decoder(decoder)
+        check_decoder(decoder, tuple(DECODERS))
         if circuit is None:
             raise ValueError(f"decoder = {decoder!r} needs the simple-path circuit: pass circuit=path_circuit(k)")
     idx = torch.arange(len(data))
