@@ -27,6 +27,7 @@ from __future__ import annotations
 import warnings
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -35,7 +36,7 @@ try:
 except ImportError as e:  # pragma: no cover - the [lm] extra is missing
     raise ImportError("pseudosl.ConstraintLogitsProcessor needs transformers: pip install 'pseudosl[lm]'") from e
 
-from ..checks import check_int, reads_values
+from ..checks import check_bool, check_int, reads_values
 from ..circuit import Circuit
 from ..tokens.constraint import AutomatonConstraint, Constraint
 from .automaton_mask import AutomatonMask
@@ -92,7 +93,9 @@ class ConstraintLogitsProcessor(LogitsProcessor):
 
     def __init__(self, constraint: AutomatonConstraint | Constraint | Circuit | AutomatonMask | WindowMask,
                  prompt_length: int | None = None, *, root: int | None = None,
-                 eos_token_id: int | Sequence[int] | None = None, max_new_tokens: int | None = None) -> None:
+                 eos_token_id: int | Sequence[int] | None = None, max_new_tokens: int | None = None,
+                 inplace: bool = False) -> None:
+        self.inplace = check_bool("inplace", inplace)
         self.expected_prompt_length = None if prompt_length is None else check_int("prompt_length", prompt_length, 0)
         self.max_new_tokens = None if max_new_tokens is None else check_int("max_new_tokens", max_new_tokens, 1)
         self.compiled = compile_mask(constraint, root=root, eos_token_id=eos_token_id,
@@ -107,14 +110,17 @@ class ConstraintLogitsProcessor(LogitsProcessor):
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         self._check(input_ids, scores)
-        continues, parents = self._continues(input_ids)
+        ids = input_ids.numpy() if input_ids.is_cpu else input_ids  # on CPU the rows are read through NumPy
+        continues, parents = self._continues(ids)
         if continues:
-            self.matcher.advance(input_ids[:, -1], parents)
+            if scores.shape[1] != self.matcher.vocab_size:
+                self.matcher.check_scores(scores)  # names the vocabulary and the fix
+            self.matcher.advance(ids[:, -1], parents)
         else:
             self._start(input_ids, scores.shape[1])
-        return self.matcher.mask(scores)
+        return self.matcher._mask(scores, self.inplace)
 
-    def _continues(self, input_ids: Tensor) -> tuple[bool, Tensor | None]:
+    def _continues(self, input_ids: Tensor | np.ndarray) -> tuple[bool, Tensor | None]:
         """Whether ``input_ids`` continues the current generation (and each row's parent row)."""
         if self.matcher is None or input_ids.shape[1] != self.prompt_length + self.matcher.generated + 1:
             return False, None
@@ -140,7 +146,8 @@ class ConstraintLogitsProcessor(LogitsProcessor):
                              "it out (the first call gives it)")
         self._warn_if_cut_short()
         self.matcher = TokenMatcher(self.compiled, rows, input_ids.device, vocab_size=vocab_size)
-        self.prompt_length, self._lineage = length, RowLineage(input_ids)
+        self.prompt_length = length
+        self._lineage = RowLineage(input_ids.numpy() if input_ids.is_cpu else input_ids)
 
     def _warn_if_cut_short(self) -> None:
         """Warn when the generation that ends here stopped before ``max_new_tokens`` with rows that could not end."""
@@ -155,7 +162,8 @@ class ConstraintLogitsProcessor(LogitsProcessor):
                           "max_new_tokens (and no smaller max_length)", UserWarning, stacklevel=4)
 
     def _check(self, input_ids: Tensor, scores: Tensor) -> None:
-        """Shapes, dtypes, devices (free); a prompt's token ids on CPU tensors (the matcher checks the later ones)."""
+        """Shapes, dtypes, devices (free); a prompt's token ids on CPU tensors (the matcher checks the later ones, and
+        ``__call__`` a continuing call's vocabulary)."""
         if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype.is_complex \
                 or input_ids.dtype == torch.bool:
             what = input_ids.dtype if isinstance(input_ids, Tensor) else type(input_ids).__name__
