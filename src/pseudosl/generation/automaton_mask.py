@@ -264,6 +264,6 @@ class AutomatonMask:
             flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
             return torch.from_numpy(flat).to(device)
 
-        probe = np.array([(r, e.probe) for r, e in enumerate(lists) if e.probe >= 0], dtype=np.int64).reshape(-1, 2)
+        probe = np.array([r * vocab_size + e.probe for r, e in enumerate(lists) if e.probe >= 0], dtype=np.int64)
         return Banned(fill=tensor(fill), clear=torch.tensor(clear, dtype=torch.long, device=device),
-                      keep=tensor(keep), probe=probe.T.copy())
+                      keep=tensor(keep), probe=probe)

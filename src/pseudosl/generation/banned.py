@@ -49,8 +49,7 @@ class Banned:
         fill: ``(F,)`` long: positions set to ``-inf``.
         clear: ``(C,)`` long: rows set to ``-inf`` wholly, before ``keep`` restores their allowed tokens.
         keep: ``(K,)`` long: positions (in the ``clear`` rows) that keep their score.
-        probe: ``(2, P)`` int64 NumPy array: the row and the column of an allowed token in each row that bans
-            something.
+        probe: ``(P,)`` int64 NumPy array: the flat position of an allowed token in each row that bans something.
     """
 
     fill: Tensor
@@ -66,7 +65,7 @@ class Banned:
         flat = allowed.reshape(-1)
         in_few = few.repeat_interleave(allowed.shape[1])
         constrained = (~free).nonzero().flatten()
-        probe = torch.stack([constrained, allowed[constrained].to(torch.uint8).argmax(1)]).cpu().numpy()
+        probe = (constrained * allowed.shape[1] + allowed[constrained].to(torch.uint8).argmax(1)).cpu().numpy()
         return cls(fill=(~flat & ~in_few).nonzero().flatten(), clear=few.nonzero().flatten(),
                    keep=(flat & in_few).nonzero().flatten(), probe=probe)
 
@@ -102,27 +101,19 @@ class Banned:
     def _write_host(self, a: np.ndarray) -> None:
         """Write the mask into the NumPy view ``a (R, V)`` of the scores."""
         fill, clear, keep = self.host
-        filled = len(fill)
-        if a.flags.c_contiguous:
-            target = a.reshape(-1)  # a view: the flat positions index it
-        else:  # strided (a slice of a larger tensor): (row, column) pairs
-            target, fill, keep = a, np.divmod(fill, a.shape[1]), np.divmod(keep, a.shape[1])
         if len(clear):
-            kept = target[keep]
+            target, at = indexer(a, keep)
+            kept = target[at]
             a[clear] = -np.inf
-            target[keep] = kept
-        if filled:
-            target[fill] = -np.inf
+            target[at] = kept
+        if len(fill):
+            target, at = indexer(a, fill)
+            target[at] = -np.inf
 
     @cached_property
     def host(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(fill, clear, keep)`` as NumPy arrays (CPU masks; built once per mask)."""
         return self.fill.cpu().numpy(), self.clear.cpu().numpy(), self.keep.cpu().numpy()
-
-    @cached_property
-    def probes(self) -> tuple[np.ndarray, np.ndarray]:
-        """``probe`` as ``(rows, columns)``."""
-        return self.probe[0], self.probe[1]
 
     def allowed(self, rows: int, vocab_size: int, device: torch.device) -> Tensor:
         """``(R, V)`` bool: the tokens the mask keeps (dense, for inspection)."""
@@ -136,17 +127,18 @@ class Banned:
     def check(self, out: Tensor, host: np.ndarray | None = None) -> None:
         """Raise :class:`MaskConflictError` when a row of the masked scores ``out`` has allowed tokens, all ``-inf``
         (read on CPU tensors only; ``host``: ``out``'s NumPy view, when the caller has it)."""
-        rows, cols = self.probes
-        if not len(rows) or not out.is_cpu:
+        if not len(self.probe) or not out.is_cpu:
             return
         host = host_array(out) if host is None else host
         if host is not None:
-            at = host[rows, cols]
+            target, at = indexer(host, self.probe)
+            at = target[at]
         else:  # bfloat16 (no NumPy dtype), or scores that require grad: read through torch
+            rows, cols = np.divmod(self.probe, out.shape[1])
             at = out.detach()[torch.from_numpy(rows), torch.from_numpy(cols)].float().numpy()
         if -np.inf not in at.tolist():  # (NaN equals nothing)
             return
-        suspect = torch.from_numpy(rows[np.isneginf(at)])
+        suspect = torch.from_numpy(self.probe[np.isneginf(at)] // out.shape[1])
         empty = suspect[out.detach().index_select(0, suspect).amax(1) == float("-inf")].tolist()  # NaN is not -inf: kept
         if len(empty):
             raise MaskConflictError(
@@ -164,6 +156,13 @@ def host_array(t: Tensor) -> np.ndarray | None:
     """The NumPy view of ``t`` (same memory) when it has one: a CPU tensor of a NumPy float dtype that does not
     require grad; else ``None``."""
     return t.numpy() if t.is_cpu and t.dtype in HOST_DTYPES and not t.requires_grad else None
+
+
+def indexer(a: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray | tuple[np.ndarray, np.ndarray]]:
+    """``(target, index)`` with ``target[index]`` the entries of ``a (R, V)`` at the flat positions ``flat``
+    (``r * V + token``): ``a``'s flat view (``ravel`` of a C-contiguous array is one), or ``a`` and ``(rows,
+    columns)``."""
+    return (a.ravel(), flat) if a.flags.c_contiguous else (a, np.divmod(flat, a.shape[1]))
 
 
 def check_scores_vocab(vocab_size: int, folded: int) -> None:

@@ -164,8 +164,8 @@ class ConstraintLogitsProcessor(LogitsProcessor):
     def _check(self, input_ids: Tensor, scores: Tensor) -> None:
         """Shapes, dtypes, devices (free); a prompt's token ids on CPU tensors (the matcher checks the later ones, and
         ``__call__`` a continuing call's vocabulary)."""
-        if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype.is_complex \
-                or input_ids.dtype == torch.bool:
+        kind = input_ids.dtype if isinstance(input_ids, Tensor) else None
+        if kind is None or kind.is_floating_point or kind.is_complex or kind == torch.bool:
             what = input_ids.dtype if isinstance(input_ids, Tensor) else type(input_ids).__name__
             raise TypeError(f"input_ids must be an integer tensor of token ids (R, length), got {what}: pass the "
                             "input_ids generate gives the processor")
@@ -175,7 +175,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         if input_ids.dim() != 2 or scores.dim() != 2 or scores.shape[0] != input_ids.shape[0]:
             raise ValueError(f"input_ids (R, length) and scores (R, V) must share their rows R, got shapes "
                              f"{tuple(input_ids.shape)} and {tuple(scores.shape)}")
-        if input_ids.device != scores.device:
+        if not (input_ids.is_cpu and scores.is_cpu) and input_ids.device != scores.device:
             raise ValueError(f"input_ids are on {input_ids.device} but scores on {scores.device}")
         if self.matcher is not None:  # the matcher checks the later calls' scores and tokens
             return
