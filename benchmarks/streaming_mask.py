@@ -1,5 +1,5 @@
-"""The processor's own cost per call and row, side by side with Hugging Face's ``NoBadWordsLogitsProcessor``, plain
-sampling and the floor of any processor that returns a new tensor (one copy of the scores).
+"""The processor's own cost per call and row, in both modes (a new tensor, and ``inplace=True``), side by side with
+Hugging Face's ``NoBadWordsLogitsProcessor``, plain sampling and the floor of each mode.
 
     python benchmarks/streaming_mask.py [--calls 64] [--reps 9] [--batch 1 8 64] [--vocab 49152 128256]
                                         [--automata sequences words] [--lineage-rows 1024] [--device cpu]
@@ -19,16 +19,21 @@ longer pieces of text, as a larger BPE has) -- Llama 3's 128,256 by default.  Wi
 stops.
 
 Every processor sees the same calls: an 8-token prompt, then ``--calls`` calls each one token longer (the tokens
-are the argmax of random scores under the constraint, so the rows stay where the automaton lets them), on
-``--batch`` rows; the passes of all processors are interleaved (``--reps`` each, median), so a load that changes
-during the run moves them alike, and timed by this thread's CPU time (``--clock cpu``: time the process waits for
-a core on a shared machine is not counted; ``--clock wall`` for elapsed time, e.g. on a GPU).  Printed per call
-and row (microseconds): ours, ``NoBadWordsLogitsProcessor``, their ratio, plain sampling (``softmax`` +
-``multinomial``, as ``generate`` samples; 8 calls a pass), and the floor: ``scores.clone()``, which writes the
-``R x V x 4`` bytes every out-of-place processor writes; ours writes that plus 4 bytes per banned token (the mean
-banned per row is printed).  Then beam search at scale: ``--lineage-rows`` rows (beams of 4, reordered within each batch item) through ``--calls``
-calls, the lineage (``RowLineage.follow``) and the whole processor call (its floor: copying ``1,024 x V`` scores)
-timed apart.
+are the argmax of random scores under the constraint, so the rows stay where the automaton lets them; each call's
+``input_ids`` a contiguous tensor, as ``generate`` makes them), on ``--batch`` rows.  Before each call the scores
+are set back to the same random values, untimed: ``generate`` hands every call new scores, just written, and an
+in-place mask must not find the ``-inf`` of an earlier call.  The passes of all processors are interleaved
+(``--reps`` each, median), so a load that changes during the run moves them alike; each call is timed by this
+thread's CPU time (``--clock cpu``: time the process waits for a core on a shared machine is not counted;
+``--clock wall`` for elapsed time, e.g. on a GPU).  Printed per call and row (microseconds): ours in both modes,
+``NoBadWordsLogitsProcessor``, the ratios, plain sampling (``softmax`` + ``multinomial``, as ``generate`` samples;
+8 calls a pass), and the floors: for the copy, ``scores.clone()``, which writes the ``R x V x 4`` bytes every
+out-of-place processor writes (ours writes that plus 4 bytes per banned token); in place, one NumPy store of
+``-inf`` at the call's banned positions (precomputed) and one read of an allowed token per row: 4 bytes per banned
+token written, 4 per row read (the mean banned per row is printed).  Then beam search at scale:
+``--lineage-rows`` rows (beams of 4, reordered within each batch item) through ``--calls`` calls, the lineage
+(``RowLineage.follow``) and the whole processor call in copy mode (its floor: copying ``1,024 x V`` scores) timed
+apart.
 """
 
 from __future__ import annotations
