@@ -139,7 +139,8 @@ class Banned:
         if -np.inf not in at.tolist():  # (NaN equals nothing)
             return
         suspect = torch.from_numpy(self.probe[np.isneginf(at)] // out.shape[1])
-        empty = suspect[out.detach().index_select(0, suspect).amax(1) == float("-inf")].tolist()  # NaN is not -inf: kept
+        row_max = out.detach().index_select(0, suspect).amax(1)
+        empty = suspect[row_max == float("-inf")].tolist()  # NaN is not -inf: kept
         if len(empty):
             raise MaskConflictError(
                 f"row {empty[0]} of the scores: every token the constraint allows there arrives at -inf "

@@ -65,11 +65,24 @@ class ConstraintLogitsProcessor(LogitsProcessor):
             after which an accepting state is reachable in the ``r - 1`` tokens left are kept, so the text ends
             accepted.  Window: ``>= n``; the tokens past the window are not masked.  A call past it starts a new
             generation.  ``None``: streaming keeps every prefix live (extendable to an accepted text).
+        inplace: ``False`` (the default, Hugging Face's convention): return a new tensor and leave ``scores`` as they
+            are, at the cost of one copy per call (``R x V`` elements: 513 KB per row at ``V = 128,256`` in
+            float32, most of a call's time from about 50K tokens up).  ``True`` (as XGrammar's
+            ``apply_token_bitmask_inplace``): write ``-inf`` at the banned positions of ``scores`` itself (any
+            strides) and return it: no copy, the cost is the positions written.  The non-finite rule and the
+            ``MaskConflictError`` check are the same in both modes (when that error is raised in place, ``scores``
+            already hold the mask); autograd sees the writes.  The price: the caller's tensor changes.  In the
+            installed transformers' greedy search and sampling ``generate(..., output_logits=True)`` stores the very
+            tensor it handed the processors, after they ran, so with this processor the first of the list to
+            write it (no processor before it returned a new tensor: ``min_new_tokens``, temperature, top-k ... do)
+            the returned ``logits`` carry its ``-inf`` instead of the model's raw logits; beam search and assisted
+            decoding store a copy made before the processors (raw in both modes), and ``output_scores`` holds the
+            processed scores in both modes.
 
-    ``__call__(input_ids (R, P + t) integer, scores (R, V) float) -> (R, V)``: a new tensor, ``scores`` with the
-    masked tokens at ``-inf`` (never added to: ``+inf`` or ``NaN`` scores cannot leak a banned token; allowed
-    tokens keep their scores).  ``R`` is batch times beams.  ``self.matcher`` is the current generation's
-    :class:`~pseudosl.generation.matcher.TokenMatcher`.
+    ``__call__(input_ids (R, P + t) integer, scores (R, V) float) -> (R, V)``: a new tensor (``inplace``: ``scores``
+    itself), ``scores`` with the masked tokens at ``-inf`` (never added to: ``+inf`` or ``NaN`` scores cannot leak a
+    banned token; allowed tokens keep their scores).  ``R`` is batch times beams.  ``self.matcher`` is the current
+    generation's :class:`~pseudosl.generation.matcher.TokenMatcher`.
 
     Raises:
         UnsatisfiableError: (streaming) no text of the allowed lengths satisfies the automaton.
