@@ -1,5 +1,5 @@
-"""The processor's own cost per call and row, side by side with Hugging Face's ``NoBadWordsLogitsProcessor``, plain
-sampling and the floor of any processor that returns a new tensor (one copy of the scores).
+"""The processor's own cost per call and row, in both modes (a new tensor, and ``inplace=True``), side by side with
+Hugging Face's ``NoBadWordsLogitsProcessor``, plain sampling and the floor of each mode.
 
     python benchmarks/streaming_mask.py [--calls 64] [--reps 9] [--batch 1 8 64] [--vocab 49152 128256]
                                         [--automata sequences words] [--lineage-rows 1024] [--device cpu]
@@ -19,16 +19,21 @@ longer pieces of text, as a larger BPE has) -- Llama 3's 128,256 by default.  Wi
 stops.
 
 Every processor sees the same calls: an 8-token prompt, then ``--calls`` calls each one token longer (the tokens
-are the argmax of random scores under the constraint, so the rows stay where the automaton lets them), on
-``--batch`` rows; the passes of all processors are interleaved (``--reps`` each, median), so a load that changes
-during the run moves them alike, and timed by this thread's CPU time (``--clock cpu``: time the process waits for
-a core on a shared machine is not counted; ``--clock wall`` for elapsed time, e.g. on a GPU).  Printed per call
-and row (microseconds): ours, ``NoBadWordsLogitsProcessor``, their ratio, plain sampling (``softmax`` +
-``multinomial``, as ``generate`` samples; 8 calls a pass), and the floor: ``scores.clone()``, which writes the
-``R x V x 4`` bytes every out-of-place processor writes; ours writes that plus 4 bytes per banned token (the mean
-banned per row is printed).  Then beam search at scale: ``--lineage-rows`` rows (beams of 4, reordered within each batch item) through ``--calls``
-calls, the lineage (``RowLineage.follow``) and the whole processor call (its floor: copying ``1,024 x V`` scores)
-timed apart.
+are the argmax of random scores under the constraint, so the rows stay where the automaton lets them; each call's
+``input_ids`` a contiguous tensor, as ``generate`` makes them), on ``--batch`` rows.  Before each call the scores
+are set back to the same random values, untimed: ``generate`` hands every call new scores, just written, and an
+in-place mask must not find the ``-inf`` of an earlier call.  The passes of all processors are interleaved
+(``--reps`` each, median), so a load that changes during the run moves them alike; each call is timed by this
+thread's CPU time (``--clock cpu``: time the process waits for a core on a shared machine is not counted;
+``--clock wall`` for elapsed time, e.g. on a GPU).  Printed per call and row (microseconds): ours in both modes,
+``NoBadWordsLogitsProcessor``, the ratios, plain sampling (``softmax`` + ``multinomial``, as ``generate`` samples;
+8 calls a pass), and the floors: for the copy, ``scores.clone()``, which writes the ``R x V x 4`` bytes every
+out-of-place processor writes (ours writes that plus 4 bytes per banned token); in place, one NumPy store of
+``-inf`` at the call's banned positions (precomputed) and one read of an allowed token per row: 4 bytes per banned
+token written, 4 per row read (the mean banned per row is printed).  Then beam search at scale:
+``--lineage-rows`` rows (beams of 4, reordered within each batch item) through ``--calls`` calls, the lineage
+(``RowLineage.follow``) and the whole processor call in copy mode (its floor: copying ``1,024 x V`` scores) timed
+apart.
 """
 
 from __future__ import annotations
@@ -98,20 +103,45 @@ def rows_to_replay(constraint: AutomatonConstraint, batch: int, calls: int, devi
 CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
 
 
-def one_pass(call: Callable, ids: torch.Tensor, scores: torch.Tensor, clock: Callable[[], float]) -> float:
-    """Seconds per call and row over the calls after the prompt's."""
-    call(ids[:, :PROMPT], scores)
-    sync(ids.device)
-    start = clock()
-    for end in range(PROMPT + 1, ids.shape[1] + 1):
-        call(ids[:, :end], scores)
-    sync(ids.device)
-    return (clock() - start) / (ids.shape[1] - PROMPT) / ids.shape[0]
+def one_pass(call: Callable, calls: list[torch.Tensor], scores: torch.Tensor, fresh: torch.Tensor,
+             clock: Callable[[], float]) -> float:
+    """Seconds per call and row over the calls after the prompt's (``calls[0]``).  Before each call (untimed) the
+    scores are set back to ``fresh``: as ``generate`` hands every call new scores, just written (and an in-place
+    mask finds no ``-inf`` of an earlier call)."""
+    call(calls[0], scores)
+    total = 0.0
+    for ids in calls[1:]:
+        scores.copy_(fresh)
+        sync(scores.device)
+        start = clock()
+        call(ids, scores)
+        sync(scores.device)
+        total += clock() - start
+    return total / (len(calls) - 1) / scores.shape[0]
 
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def inplace_floor(constraint: AutomatonConstraint, calls: list[torch.Tensor], vocab: int) -> Callable:
+    """The floor of an in-place mask: per call, one NumPy store of ``-inf`` at its banned positions (precomputed)
+    and one read of an allowed token per row."""
+    processor = pseudosl.ConstraintLogitsProcessor(constraint)
+    work = {}
+    for ids in calls:
+        processor(ids, torch.zeros(ids.shape[0], vocab))
+        allowed = processor.matcher.allowed().numpy()
+        work[ids.shape[1]] = (np.flatnonzero(~allowed), processor.matcher.banned().probe)
+
+    def call(ids: torch.Tensor, scores: torch.Tensor) -> None:
+        positions, probe = work[ids.shape[1]]
+        flat = scores.numpy().ravel()
+        flat[positions] = -np.inf
+        flat[probe].tolist()
+
+    return call
 
 
 def measure(constraint: AutomatonConstraint, seqs: list[list[int]], batch: int, calls: int, reps: int,
@@ -120,19 +150,24 @@ def measure(constraint: AutomatonConstraint, seqs: list[list[int]], batch: int, 
 
     vocab = constraint.vocab_size
     ids = rows_to_replay(constraint, batch, calls, device)
+    replay = [ids[:, :end].clone() for end in range(PROMPT, ids.shape[1] + 1)]  # generate's input_ids: contiguous
     scores = torch.randn(batch, vocab, device=device)
-    ours = pseudosl.ConstraintLogitsProcessor(constraint)  # one processor: a new generation each pass
-    theirs = NoBadWordsLogitsProcessor(seqs)
-    methods = {"ours": ours, "NoBadWords": theirs, "floor": lambda i, s: s.clone(),
-               "sampling": lambda i, s: torch.multinomial(s.softmax(-1), 1)}
+    fresh = scores.clone()
+    copy = pseudosl.ConstraintLogitsProcessor(constraint)  # one processor: a new generation each pass
+    inplace = pseudosl.ConstraintLogitsProcessor(constraint, inplace=True)
+    methods = {"copy": copy, "inplace": inplace, "NoBadWords": NoBadWordsLogitsProcessor(seqs),
+               "floor copy": lambda i, s: s.clone(), "sampling": lambda i, s: torch.multinomial(s.softmax(-1), 1)}
+    if device == "cpu":
+        methods["floor inplace"] = inplace_floor(constraint, replay, vocab)
     times: dict[str, list[float]] = {m: [] for m in methods}
     for rep in range(reps + 1):  # the first pass warms up (token lists built, allocator)
         for name, call in methods.items():
-            t = one_pass(call, ids if name != "sampling" else ids[:, :PROMPT + 8], scores, clock)  # sampling: 8 calls
+            t = one_pass(call, replay if name != "sampling" else replay[:9], scores, fresh, clock)  # sampling: 8 calls
             if rep:
                 times[name].append(t * 1e6)
     out = {name: statistics.median(t) for name, t in times.items()}
-    banned = ours.matcher.banned()  # the last call's: banned positions, or whole rows less the kept ones
+    out.setdefault("floor inplace", float("nan"))
+    banned = copy.matcher.banned()  # the last call's: banned positions, or whole rows less the kept ones
     out["banned_per_row"] = (banned.fill.numel() + banned.clear.numel() * vocab - banned.keep.numel()) / batch
     return out
 
@@ -182,9 +217,10 @@ def main() -> None:
     print(f"# torch {torch.__version__}, {platform.processor() or platform.machine()}, device {args.device}, "
           f"{args.threads} thread(s); {args.calls} calls after an {PROMPT}-token prompt, median of {args.reps} "
           f"interleaved passes; us per call and row ({args.clock} time); load average {os.getloadavg()[0]:.1f}\n")
-    print("| automaton | V | batch | ours | NoBadWords | ratio | plain sampling | floor (copy) | ours - floor | "
-          "banned / row |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| automaton | V | batch | ours, copy | ours, in place | NoBadWords | copy / NoBadWords | "
+          "in place / NoBadWords | plain sampling | floor, copy | floor, in place | copy - floor | "
+          "in place - floor | banned / row |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     constraint = None
     for vocab in args.vocab:
         tok = base if vocab == len(base) else widened(base, vocab)
@@ -198,12 +234,14 @@ def main() -> None:
             built = time.perf_counter() - start
             dfa = constraint.dfa
             print(f"| {kind}: {dfa.n_states:,} states, {dfa.n_values:,} values, built in {built:.1f} s "
-                  "| | | | | | | | | |")
+                  "|" + " |" * 13)
             for batch in args.batch:
                 r = measure(constraint, seqs, batch, args.calls, args.reps, args.device, CLOCKS[args.clock])
-                print(f"| {kind} | {vocab:,} | {batch} | {r['ours']:.1f} | {r['NoBadWords']:.1f} | "
-                      f"{r['ours'] / r['NoBadWords']:.2f} | {r['sampling']:.1f} | {r['floor']:.1f} | "
-                      f"{r['ours'] - r['floor']:.1f} | {r['banned_per_row']:.0f} |", flush=True)
+                print(f"| {kind} | {vocab:,} | {batch} | {r['copy']:.1f} | {r['inplace']:.1f} | "
+                      f"{r['NoBadWords']:.1f} | {r['copy'] / r['NoBadWords']:.2f} | "
+                      f"{r['inplace'] / r['NoBadWords']:.2f} | {r['sampling']:.1f} | {r['floor copy']:.1f} | "
+                      f"{r['floor inplace']:.1f} | {r['copy'] - r['floor copy']:.1f} | "
+                      f"{r['inplace'] - r['floor inplace']:.1f} | {r['banned_per_row']:.0f} |", flush=True)
     if args.lineage_rows:
         follow, step = beam_step_ms(constraint, args.lineage_rows, args.calls)
         print(f"\nbeam search at {args.lineage_rows:,} rows (beams of 4 reordered within each item, the last automaton "

@@ -149,7 +149,8 @@ class AutomatonMask:
         """Drop the per-state token lists (they are rebuilt on first use)."""
         self._slots: dict[int, np.ndarray] = {}  # set index -> (n_states + 1,) slot of each state, -1: not built
         self._lists: list[TokenList] = []
-        self._banned: dict[tuple[torch.device, bytes], Banned] = {}  # the rows' Banned on a device, by their slots
+        # the rows' Banned on a device, by (set index, states): one per combination of their slots
+        self._banned: dict[tuple[torch.device, int, np.dtype, bytes], Banned] = {}
         self._banned_bytes = 0
         self._bytes = 0
 
@@ -165,9 +166,9 @@ class AutomatonMask:
         """The states of rows ``rows`` (beam search copies and reorders rows)."""
         return states[rows.cpu().numpy() if isinstance(rows, Tensor) else rows]
 
-    def advance(self, states: np.ndarray, tokens: Tensor) -> np.ndarray:
+    def advance(self, states: np.ndarray, tokens: Tensor | np.ndarray) -> np.ndarray:
         """``(R,)`` states after reading ``tokens (R,)`` (token ids) from ``states``; an EOS ends a row."""
-        tokens = tokens.cpu().numpy()
+        tokens = tokens if isinstance(tokens, np.ndarray) else tokens.cpu().numpy()
         values = self.lookup[tokens]
         if not self.eos_token_ids:  # no row ever ends
             return self.destinations(states, values)
@@ -178,10 +179,11 @@ class AutomatonMask:
     def banned(self, states: np.ndarray, generated: int, vocab_size: int, device: torch.device) -> Banned:
         """The tokens banned after ``generated`` tokens in rows at ``states``."""
         left = None if self.max_new_tokens is None else self.max_new_tokens - generated - 1
-        slots = self.slots(states, self.set_index(left))
-        key = (device, slots.tobytes())  # rows often sit in the same states call after call
+        set_index = self.set_index(left)
+        key = (device, set_index, states.dtype, states.tobytes())  # rows often sit in the same states call after call
         banned = self._banned.get(key)
         if banned is None:
+            slots = self.slots(states, set_index)
             banned = self._to_banned([self._lists[s] for s in slots], vocab_size, device)
             size = 8 * (banned.fill.numel() + banned.keep.numel())
             if len(self._banned) >= BANNED_CACHE or self._banned_bytes + size > MASK_CACHE_BYTES:
@@ -262,6 +264,6 @@ class AutomatonMask:
             flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
             return torch.from_numpy(flat).to(device)
 
-        probe = np.array([(r, e.probe) for r, e in enumerate(lists) if e.probe >= 0], dtype=np.int64).reshape(-1, 2)
+        probe = np.array([r * vocab_size + e.probe for r, e in enumerate(lists) if e.probe >= 0], dtype=np.int64)
         return Banned(fill=tensor(fill), clear=torch.tensor(clear, dtype=torch.long, device=device),
-                      keep=tensor(keep), probe=probe.T.copy())
+                      keep=tensor(keep), probe=probe)

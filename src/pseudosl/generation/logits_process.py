@@ -27,6 +27,7 @@ from __future__ import annotations
 import warnings
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -35,7 +36,7 @@ try:
 except ImportError as e:  # pragma: no cover - the [lm] extra is missing
     raise ImportError("pseudosl.ConstraintLogitsProcessor needs transformers: pip install 'pseudosl[lm]'") from e
 
-from ..checks import check_int, reads_values
+from ..checks import check_bool, check_int, reads_values
 from ..circuit import Circuit
 from ..tokens.constraint import AutomatonConstraint, Constraint
 from .automaton_mask import AutomatonMask
@@ -64,11 +65,24 @@ class ConstraintLogitsProcessor(LogitsProcessor):
             after which an accepting state is reachable in the ``r - 1`` tokens left are kept, so the text ends
             accepted.  Window: ``>= n``; the tokens past the window are not masked.  A call past it starts a new
             generation.  ``None``: streaming keeps every prefix live (extendable to an accepted text).
+        inplace: ``False`` (the default, Hugging Face's convention): return a new tensor and leave ``scores`` as they
+            are, at the cost of one copy per call (``R x V`` elements: 513 KB per row at ``V = 128,256`` in
+            float32, most of a call's time from about 50K tokens up).  ``True`` (as XGrammar's
+            ``apply_token_bitmask_inplace``): write ``-inf`` at the banned positions of ``scores`` itself (any
+            strides) and return it: no copy, the cost is the positions written.  The non-finite rule and the
+            ``MaskConflictError`` check are the same in both modes (when that error is raised in place, ``scores``
+            already hold the mask); autograd sees the writes.  The price: the caller's tensor changes.  In the
+            installed transformers' greedy search and sampling ``generate(..., output_logits=True)`` stores the very
+            tensor it handed the processors, after they ran, so with this processor the first of the list to
+            write it (no processor before it returned a new tensor: ``min_new_tokens``, temperature, top-k ... do)
+            the returned ``logits`` carry its ``-inf`` instead of the model's raw logits; beam search and assisted
+            decoding store a copy made before the processors (raw in both modes), and ``output_scores`` holds the
+            processed scores in both modes.
 
-    ``__call__(input_ids (R, P + t) integer, scores (R, V) float) -> (R, V)``: a new tensor, ``scores`` with the
-    masked tokens at ``-inf`` (never added to: ``+inf`` or ``NaN`` scores cannot leak a banned token; allowed
-    tokens keep their scores).  ``R`` is batch times beams.  ``self.matcher`` is the current generation's
-    :class:`~pseudosl.generation.matcher.TokenMatcher`.
+    ``__call__(input_ids (R, P + t) integer, scores (R, V) float) -> (R, V)``: a new tensor (``inplace``: ``scores``
+    itself), ``scores`` with the masked tokens at ``-inf`` (never added to: ``+inf`` or ``NaN`` scores cannot leak a
+    banned token; allowed tokens keep their scores).  ``R`` is batch times beams.  ``self.matcher`` is the current
+    generation's :class:`~pseudosl.generation.matcher.TokenMatcher`.
 
     Raises:
         UnsatisfiableError: (streaming) no text of the allowed lengths satisfies the automaton.
@@ -92,7 +106,9 @@ class ConstraintLogitsProcessor(LogitsProcessor):
 
     def __init__(self, constraint: AutomatonConstraint | Constraint | Circuit | AutomatonMask | WindowMask,
                  prompt_length: int | None = None, *, root: int | None = None,
-                 eos_token_id: int | Sequence[int] | None = None, max_new_tokens: int | None = None) -> None:
+                 eos_token_id: int | Sequence[int] | None = None, max_new_tokens: int | None = None,
+                 inplace: bool = False) -> None:
+        self.inplace = check_bool("inplace", inplace)
         self.expected_prompt_length = None if prompt_length is None else check_int("prompt_length", prompt_length, 0)
         self.max_new_tokens = None if max_new_tokens is None else check_int("max_new_tokens", max_new_tokens, 1)
         self.compiled = compile_mask(constraint, root=root, eos_token_id=eos_token_id,
@@ -107,14 +123,17 @@ class ConstraintLogitsProcessor(LogitsProcessor):
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         self._check(input_ids, scores)
-        continues, parents = self._continues(input_ids)
+        ids = input_ids.numpy() if input_ids.is_cpu else input_ids  # on CPU the rows are read through NumPy
+        continues, parents = self._continues(ids)
         if continues:
-            self.matcher.advance(input_ids[:, -1], parents)
+            if scores.shape[1] != self.matcher.vocab_size:
+                self.matcher.check_scores(scores)  # names the vocabulary and the fix
+            self.matcher.advance(ids[:, -1], parents)
         else:
             self._start(input_ids, scores.shape[1])
-        return self.matcher.mask(scores)
+        return self.matcher._mask(scores, self.inplace)
 
-    def _continues(self, input_ids: Tensor) -> tuple[bool, Tensor | None]:
+    def _continues(self, input_ids: Tensor | np.ndarray) -> tuple[bool, Tensor | None]:
         """Whether ``input_ids`` continues the current generation (and each row's parent row)."""
         if self.matcher is None or input_ids.shape[1] != self.prompt_length + self.matcher.generated + 1:
             return False, None
@@ -140,7 +159,8 @@ class ConstraintLogitsProcessor(LogitsProcessor):
                              "it out (the first call gives it)")
         self._warn_if_cut_short()
         self.matcher = TokenMatcher(self.compiled, rows, input_ids.device, vocab_size=vocab_size)
-        self.prompt_length, self._lineage = length, RowLineage(input_ids)
+        self.prompt_length = length
+        self._lineage = RowLineage(input_ids.numpy() if input_ids.is_cpu else input_ids)
 
     def _warn_if_cut_short(self) -> None:
         """Warn when the generation that ends here stopped before ``max_new_tokens`` with rows that could not end."""
@@ -155,9 +175,10 @@ class ConstraintLogitsProcessor(LogitsProcessor):
                           "max_new_tokens (and no smaller max_length)", UserWarning, stacklevel=4)
 
     def _check(self, input_ids: Tensor, scores: Tensor) -> None:
-        """Shapes, dtypes, devices (free); a prompt's token ids on CPU tensors (the matcher checks the later ones)."""
-        if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.dtype.is_complex \
-                or input_ids.dtype == torch.bool:
+        """Shapes, dtypes, devices (free); a prompt's token ids on CPU tensors (the matcher checks the later ones, and
+        ``__call__`` a continuing call's vocabulary)."""
+        kind = input_ids.dtype if isinstance(input_ids, Tensor) else None
+        if kind is None or kind.is_floating_point or kind.is_complex or kind == torch.bool:
             what = input_ids.dtype if isinstance(input_ids, Tensor) else type(input_ids).__name__
             raise TypeError(f"input_ids must be an integer tensor of token ids (R, length), got {what}: pass the "
                             "input_ids generate gives the processor")
@@ -167,7 +188,7 @@ class ConstraintLogitsProcessor(LogitsProcessor):
         if input_ids.dim() != 2 or scores.dim() != 2 or scores.shape[0] != input_ids.shape[0]:
             raise ValueError(f"input_ids (R, length) and scores (R, V) must share their rows R, got shapes "
                              f"{tuple(input_ids.shape)} and {tuple(scores.shape)}")
-        if input_ids.device != scores.device:
+        if not (input_ids.is_cpu and scores.is_cpu) and input_ids.device != scores.device:
             raise ValueError(f"input_ids are on {input_ids.device} but scores on {scores.device}")
         if self.matcher is not None:  # the matcher checks the later calls' scores and tokens
             return

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..checks import check_int
+from ..checks import check_bool, check_int
 from ..circuit import Circuit
 from ..tokens.constraint import AutomatonConstraint, Constraint
 from .automaton_mask import AutomatonMask
@@ -54,7 +54,7 @@ class TokenMask(Protocol):
     def check_vocab(self, vocab_size: int) -> None: ...
     def start(self, rows: int, device: torch.device) -> Any: ...
     def select(self, state: Any, rows: Tensor) -> Any: ...
-    def advance(self, state: Any, tokens: Tensor) -> Any: ...
+    def advance(self, state: Any, tokens: Tensor | np.ndarray) -> Any: ...
     def banned(self, state: Any, generated: int, vocab_size: int, device: torch.device) -> Banned: ...
     def can_end(self, state: Any, generated: int) -> np.ndarray: ...
 
@@ -121,13 +121,17 @@ UNSIGNED = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
 
 
 def check_ids(name: str, ids: object, rows: int, high: int | None, what: str) -> None:
-    """Refuse ``ids`` unless an integer tensor of shape ``(rows,)`` whose values (read on CPU) lie in
-    ``0 .. high-1``."""
-    if not isinstance(ids, Tensor) or ids.dtype not in INTEGERS or ids.shape != (rows,):
-        got = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
+    """Refuse ``ids`` unless an integer tensor (or NumPy array) of shape ``(rows,)`` whose values (read on the host)
+    lie in ``0 .. high-1``."""
+    if isinstance(ids, np.ndarray):
+        ok, a = ids.dtype.kind in "iu" and ids.shape == (rows,), ids
+    else:
+        ok = isinstance(ids, Tensor) and ids.dtype in INTEGERS and ids.shape == (rows,)
+        a = ids.numpy() if ok and ids.is_cpu else None  # values are read on CPU tensors only
+    if not ok:
+        got = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, (Tensor, np.ndarray)) else type(ids).__name__
         raise TypeError(f"{name} must be an integer tensor of shape ({rows},), got {got}")
-    if high is not None and rows and ids.device.type == "cpu":  # values are read on CPU tensors only
-        a = ids.numpy()
+    if high is not None and rows and a is not None:
         if max(a.view(UNSIGNED[a.itemsize]).tolist()) >= high:  # a negative id is a large unsigned one
             bad = int(a[(a < 0) | (a >= high)][0])
             raise ValueError(f"{name} holds {bad}, outside 0..{high - 1}: pass {what}")
@@ -143,7 +147,8 @@ class TokenMatcher:
         vocab_size: the scores' ``V``, for a bare circuit (any vocabulary ``>= k``); else the constraint's.
 
     ``advance(tokens (R',), parents=None)``: row ``i`` of the next step continues row ``parents[i]`` (``None``: row
-    ``i``) and reads ``tokens[i]``; ``mask(scores (R, V))``: a new tensor with the banned tokens at ``-inf``
+    ``i``) and reads ``tokens[i]``; ``mask(scores (R, V), inplace=False)``: a new tensor with the banned tokens at
+    ``-inf`` (``inplace``: ``scores`` itself, written at the banned positions only)
     (:class:`~pseudosl.generation.banned.Banned` states the rule for non-finite scores and raises
     :class:`~pseudosl.generation.banned.MaskConflictError`); ``allowed()``: ``(R, V)`` bool; ``rollback(n)``:
     forget the last ``n`` tokens (each row back to its ancestor ``n`` steps ago).
@@ -179,8 +184,9 @@ class TokenMatcher:
         """The rows' states (automaton states ``(R,)``, or a window's generated tokens ``(R, t)``)."""
         return self._states[-1]
 
-    def advance(self, tokens: Tensor, parents: Tensor | None = None) -> None:
-        """Each row (row ``parents[i]`` of the last step, or row ``i``) reads ``tokens[i]``."""
+    def advance(self, tokens: Tensor | np.ndarray, parents: Tensor | None = None) -> None:
+        """Each row (row ``parents[i]`` of the last step, or row ``i``) reads ``tokens[i]`` (a tensor on the
+        matcher's device, or a NumPy array)."""
         rows = self.rows if parents is None else len(parents)
         check_ids("tokens", tokens, rows, self.vocab_size,
                   "the token ids of the model whose scores these are (under generate: input_ids' last column)")
@@ -221,8 +227,15 @@ class TokenMatcher:
         """``(R, V)`` bool: the next tokens that keep each row's constraint satisfiable."""
         return self.banned().allowed(self.rows, self.vocab_size, self.device)
 
-    def mask(self, scores: Tensor) -> Tensor:
-        """``scores (R, V)`` with the banned tokens at ``-inf``: a new tensor."""
+    def mask(self, scores: Tensor, *, inplace: bool = False) -> Tensor:
+        """``scores (R, V)`` with the banned tokens at ``-inf``: a new tensor, or with ``inplace`` ``scores`` itself,
+        written at the banned positions only (:meth:`~pseudosl.generation.banned.Banned.apply`)."""
+        inplace = check_bool("inplace", inplace)
+        self.check_scores(scores)
+        return self._mask(scores, inplace)
+
+    def check_scores(self, scores: Tensor) -> None:
+        """Refuse ``scores`` unless a float tensor ``(R, V)`` over this matcher's rows and vocabulary."""
         if not isinstance(scores, Tensor) or not scores.dtype.is_floating_point or scores.shape[:1] != (self.rows,) \
                 or scores.dim() != 2:
             raise TypeError(f"scores must be a float tensor ({self.rows}, V) of next-token scores, got "
@@ -231,10 +244,10 @@ class TokenMatcher:
         if scores.shape[1] != self.vocab_size:
             self.compiled.check_vocab(scores.shape[1])  # names the constraint's vocabulary and the fix
             raise ValueError(f"scores have {scores.shape[1]} tokens but this matcher reads {self.vocab_size}")
-        banned = self.banned()
-        out = banned.apply(scores)
-        banned.check(out)
-        return out
+
+    def _mask(self, scores: Tensor, inplace: bool) -> Tensor:
+        """:meth:`mask` of scores :meth:`check_scores` would pass (the processor checks them on its way)."""
+        return self.banned().apply(scores, inplace=inplace)
 
     def can_end(self) -> np.ndarray:
         """``(R,)`` bool: rows whose text can be complete (accepted) after one more token."""

@@ -16,6 +16,7 @@ tokens take a few milliseconds on one CPU thread).  On a GPU the answer costs on
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -47,24 +48,46 @@ def fingerprints(rows: Tensor) -> Tensor:
 
 
 class RowLineage:
-    """Follows rows through reorderings, starting from the rows of ``prompts (R, P)`` (any integer dtype)."""
+    """Follows rows through reorderings, starting from the rows of ``prompts (R, P)`` (an integer tensor, or on the
+    host a NumPy array: its rows are then kept as bytes, and a call that continues every row in place costs one
+    comparison of bytes)."""
 
-    def __init__(self, prompts: Tensor) -> None:
-        self.rows = prompts.clone()
+    def __init__(self, prompts: Tensor | np.ndarray) -> None:
+        self._remember(prompts)
 
-    def follow(self, ids: Tensor) -> tuple[bool, Tensor | None]:
-        """``(continues, parents)`` for the rows ``ids (R, L + 1)`` of the next call: whether every row continues a
-        row of the last call, and which (row ``i`` continues row ``parents[i]``; ``None``: each row its own).  When
-        they continue, ``ids`` become the last call's rows."""
-        prefix = ids[:, :-1]
-        if prefix.shape != self.rows.shape:
+    def _remember(self, ids: Tensor | np.ndarray) -> None:
+        """Keep a copy of ``ids``, the last call's rows."""
+        self.shape = tuple(ids.shape)
+        if isinstance(ids, np.ndarray):
+            self._dtype, self._bytes, self._rows = ids.dtype, ids.tobytes(), None
+        else:
+            self._dtype, self._bytes, self._rows = None, None, ids.clone()
+
+    @property
+    def rows(self) -> Tensor:
+        """``(R, L)``: the last call's rows."""
+        if self._rows is None:
+            self._rows = torch.from_numpy(np.frombuffer(self._bytes, self._dtype).reshape(self.shape).copy())
+        return self._rows
+
+    def follow(self, ids: Tensor | np.ndarray) -> tuple[bool, Tensor | None]:
+        """``(continues, parents)`` for the rows ``ids (R, L + 1)`` of the next call (a tensor, or a NumPy array):
+        whether every row continues a row of the last call, and which (row ``i`` continues row ``parents[i]``;
+        ``None``: each row its own).  When they continue, ``ids`` become the last call's rows."""
+        if (ids.shape[0], ids.shape[1] - 1) != self.shape:
             return False, None
+        prefix = ids[:, :-1]
+        host = isinstance(ids, np.ndarray)
+        if host and ids.dtype == self._dtype:  # host rows against host rows of the same dtype: their bytes
+            same = prefix.tobytes() == self._bytes
+        else:
+            same = torch.equal(torch.from_numpy(prefix) if host else prefix, self.rows)
         parents = None
-        if not torch.equal(prefix, self.rows):
-            parents = self.match(prefix)
+        if not same:
+            parents = self.match(torch.from_numpy(prefix) if host else prefix)
             if parents is None:
                 return False, None
-        self.rows = ids.clone()
+        self._remember(ids)
         return True, parents
 
     def match(self, prefix: Tensor) -> Tensor | None:

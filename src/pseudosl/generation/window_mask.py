@@ -105,8 +105,8 @@ class WindowMask:
     def select(self, state: Tensor, rows: Tensor | np.ndarray) -> Tensor:
         return state[torch.as_tensor(rows, device=state.device)]
 
-    def advance(self, state: Tensor, tokens: Tensor) -> Tensor:
-        return torch.cat([state, tokens.long()[:, None]], 1)
+    def advance(self, state: Tensor, tokens: Tensor | np.ndarray) -> Tensor:
+        return torch.cat([state, torch.as_tensor(tokens, device=state.device).long()[:, None]], 1)
 
     def banned(self, state: Tensor, generated: int, vocab_size: int, device: torch.device) -> Banned:
         allowed, free = self.allowed_tokens(state, vocab_size)
