@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .errors import user_message
 from .logic.checks import parse_int_token
+from .experiments.decoders import WITH_CANDIDATES
 from .experiments.registry import EXPERIMENTS, experiment
 
 __all__ = ["main", "build_parser", "add_config_flags"]
@@ -94,9 +95,10 @@ def _add_experiment(sub: argparse._SubParsersAction, name: str) -> None:
     e.add_argument("--decoders", nargs="+", metavar="DECODER",
                    help="extra test-time decoders, a row each (default: those the runs were trained with)"
                         + (f"; known: {', '.join(exp.decoders)}" if exp.decoders else "; this experiment has none yet"))
-    if "resample" in exp.decoders:
+    if WITH_CANDIDATES & set(exp.decoders):
         e.add_argument("--resample-candidates", type=int_flag, metavar="K",
-                       help="candidates K of the resample decoder (default: each run's resample_candidates)")
+                       help="candidates K of the resample / restart decoders (default: each run's "
+                            "resample_candidates)")
     e.set_defaults(func=_eval, experiment_name=name, resample_candidates=None)
 
     for action, (action_help, _) in extra.items():

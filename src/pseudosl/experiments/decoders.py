@@ -22,6 +22,12 @@ resample       an exact draw from ``q(. | x, alpha)``                       loca
                distribution is the model itself, so the draw is exact and  around the anchor ``a``, one kept with
                ``K`` plays no role                                          weight ``p / p~_a``; ``K =
                                                                             resample_candidates``
+restart        the same exact draw as ``resample``                          ``K`` candidates from ``RestartProposal``:
+                                                                            the anchor kept up to just before the first
+                                                                            position the repair needs, the rest drawn
+                                                                            from ``p`` under the streaming mask; one
+                                                                            kept with its weight (tends to
+                                                                            ``p(. | x, y_<s, alpha)``, not exact)
 banning        --                                                           a draw (``sample``) with Hugging Face's
                                                                             ``NoBadWordsLogitsProcessor`` over
                                                                             ``target.banned`` (token sequences)
@@ -30,8 +36,10 @@ processor      --                                                           a dr
                                                                             streaming ``target.automaton``
 =============  ==========================================================  ==========================================
 
-The autoregressive rows use Gen-C's local distribution (``proposal=LocalProposal()``; ``constrained_sample``'s default
-for a language model is the sequential ``RestartProposal``, chosen on real text, docs/benchmarks.md "Fluency").
+The autoregressive ``constrained`` and ``resample`` rows use Gen-C's local distribution (``proposal=LocalProposal()``,
+exact as ``K`` grows); ``restart`` uses ``constrained_sample``'s default for a language model, the sequential
+``RestartProposal``, chosen on real text (docs/benchmarks.md "Fluency": Gen-C's local draws around a 135M model's
+continuation are not text).
 The autoregressive anchor is :meth:`~.structured.StructuredModel.anchor`: the greedy decode for the Sudoku RNN and the
 Warcraft CNN-LSTM, the sampled continuation for a language model (whose own decoding is sampling: its ``resample`` row
 starts from the very draws of its plain row).  A greedy anchor centres the proposal on the model's best guess, so the
@@ -60,12 +68,12 @@ import torch
 from torch import Tensor
 
 import pseudosl
-from pseudosl.generation import LocalProposal
+from pseudosl.generation import LocalProposal, Proposal, RestartProposal
 from pseudosl.losses import per_example
 
 from .structured import StructuredModel
 
-__all__ = ["DECODERS", "Decoder", "Decoded", "Target", "decode", "check_decoder", "decoder_labels"]
+__all__ = ["DECODERS", "WITH_CANDIDATES", "Decoder", "Decoded", "Target", "decode", "check_decoder", "decoder_labels"]
 
 
 class Target(NamedTuple):
@@ -111,7 +119,7 @@ def _greedy(model: StructuredModel, inputs: Tensor, target: Target, num_candidat
     return Decoded(model.greedy(inputs), None)
 
 
-def _local(mode: str):
+def _local(mode: str, proposal: Proposal):
     resample = mode == "resample"
 
     def run(model: StructuredModel, inputs: Tensor, target: Target, num_candidates: int,
@@ -121,7 +129,7 @@ def _local(mode: str):
             def local(circuit: Any, x: Tensor, a: Tensor, allowed: Tensor | None) -> tuple[Tensor, Tensor]:
                 y, diag = pseudosl.constrained_sample(model.engine(x), circuit, a, mode=mode,
                                                       num_candidates=num_candidates if resample else None,
-                                                      proposal=LocalProposal(),
+                                                      proposal=proposal,
                                                       allowed=allowed, generator=generator, return_diagnostics=True)
                 return y, diag.ess
             anchor = model.anchor(inputs)                                 # (B, n): greedy decode, or a draw
@@ -132,7 +140,8 @@ def _local(mode: str):
                     rows = bad.nonzero().flatten()
                     pick = (lambda t: None if t is None else t[rows])  # noqa: E731
                     sub = [circuits[i] for i in rows.tolist()] if isinstance(circuits, Sequence) else circuits
-                    values[rows], ess[rows] = per_example(sub, local, inputs[rows], anchor[rows], pick(target.allowed))
+                    got, got_ess = per_example(sub, local, inputs[rows], anchor[rows], pick(target.allowed))
+                    values[rows], ess[rows] = got, got_ess.to(ess.dtype)  # a sequential proposal's ESS is float64
             else:
                 values, ess = per_example(circuits, local, inputs, anchor, target.allowed)
             return Decoded(values, ess if resample else None)
@@ -176,12 +185,17 @@ def _sampling(processors: Processors):
 
 
 DECODERS: dict[str, Decoder] = {
-    "constrained": Decoder("constrained", _local("mpe")),
-    "resample": Decoder("resample {resample_candidates}", _local("resample")),
+    "constrained": Decoder("constrained", _local("mpe", LocalProposal())),
+    "resample": Decoder("resample {resample_candidates}", _local("resample", LocalProposal())),
+    "restart": Decoder("restart {resample_candidates}", _local("resample", RestartProposal())),
     "greedy": Decoder("greedy", _greedy),
     "banning": Decoder("word banning", _sampling(_banned), _banned),
     "processor": Decoder("constraint processor", _sampling(_streamed), _streamed),
 }
+
+
+WITH_CANDIDATES = frozenset({"resample", "restart"})
+"""The decoders that draw ``K`` candidates (``resample_candidates``)."""
 
 
 def decoder_labels(*names: str) -> dict[str, str]:

@@ -53,6 +53,7 @@ from ..errors import PseudoslError, RunFolderError
 from ..logic.checks import check_int
 from .checkpoints import CheckpointError, check_continuable, load_checkpoint, load_weights, tested_weights
 from .config import ConfigError, RunConfig, model_variant
+from .decoders import WITH_CANDIDATES
 from .experiment import Experiment, Splits
 from .loop import evaluate_model, make_accelerator, train_run
 from .parallel import train_parallel
@@ -187,13 +188,14 @@ def evaluate_checkpoints(exp: Experiment, out: str | Path, decoders: list[str] |
     names and the config of its run folder's ``run.json``; one (model, seed) found twice for one config
     (a copied folder) is refused, naming both, rather than counted as two seeds.  ``decoders`` (default:
     each checkpoint's ``cfg.decoders``) adds a row per extra decoder, without retraining;
-    ``resample_candidates`` (default: each run's) sets ``K`` of the ``resample`` decoder.
+    ``resample_candidates`` (default: each run's) sets ``K`` of the ``resample`` and ``restart`` decoders.
     """
     if decoders is not None:
         check_decoders(exp, decoders)
     if resample_candidates is not None:
-        if "resample" not in exp.decoders:
-            raise ValueError(f"resample_candidates = {resample_candidates}: {exp.name} has no resample decoder")
+        if not WITH_CANDIDATES & set(exp.decoders):
+            raise ValueError(f"resample_candidates = {resample_candidates}: {exp.name} has no decoder that draws "
+                             f"candidates ({', '.join(sorted(WITH_CANDIDATES))})")
         resample_candidates = check_int("resample_candidates", resample_candidates, 1, " (a number of candidates K)")
     accelerator = make_accelerator()
     paths = sorted(Path(out).rglob("checkpoint.pt"))

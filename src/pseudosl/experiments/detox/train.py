@@ -47,7 +47,7 @@ from .pretrain import pretrain
 __all__ = ["DetoxExperiment", "main", "LABELS", "PAPER", "METRICS", "DECODERS"]
 
 LABELS = {"base": "Base LM", "sgeat": "SGEAT", "psl": "SGEAT + PSL"}
-DECODERS = decoder_labels("banning", "processor", "resample")  # name -> label suffix of its rows
+DECODERS = decoder_labels("banning", "processor", "resample", "restart")  # name -> label suffix of its rows
 METRICS = DECODING_METRICS
 
 
