@@ -225,16 +225,6 @@ def test_other_processors_banning_every_allowed_token_are_a_named_error(gpt2, de
     assert (out[:, -1] == 3).all()
 
 
-def test_a_conflict_is_found_in_any_row_and_nan_is_no_conflict():
-    processor = pseudosl.ConstraintLogitsProcessor(needs_a_3(), max_new_tokens=1)
-    scores = torch.randn(3, V)
-    scores[2, 3] = float("-inf")
-    with pytest.raises(MaskConflictError, match="row 2 of the scores.*1 such row"):
-        processor(torch.ones(3, 2, dtype=torch.long), scores)
-    scores[2, 3] = float("nan")  # passed through: an allowed token's score is not the mask's business
-    assert processor(torch.ones(3, 2, dtype=torch.long), scores)[2, 3].isnan()
-
-
 # -- generate cut short ------------------------------------------------------------------------------------------
 def even_length() -> AutomatonConstraint:
     """"An even number of tokens": a text of 6 cannot end after 3."""

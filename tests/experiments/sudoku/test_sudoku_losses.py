@@ -99,13 +99,7 @@ def test_psl_is_the_whole_constraint(size, givens):
     puzzles = blanked(size, 5 if size == 4 else 4, 3, seed=size)
     model = build_model("rnn_psl", cfg).double()
     objective = Objective(model, "rnn_psl", cfg)
-    seen = {}
-    draw = model.psl_inputs
-
-    def spy(fit, m):
-        seen["sample"], engine = draw(fit, m)
-        return seen["sample"], engine
-    model.psl_inputs = spy
+    seen = _record_anchors(model)
     _, parts = objective(puzzles, generate(3, 1, seed=0, size=size).solutions)
     sample = seen["sample"]
     assert model.training and ((sample + 1 == puzzles) | (puzzles == 0)).all()         # the givens kept
@@ -246,13 +240,7 @@ def test_the_own_sample_control_is_the_label_after_the_models_sample(givens):
     model = build_model("rnn_own", cfg).double().eval()
     objective = Objective(model, "rnn_own", cfg)
     assert objective.circuit is None and objective.term.loss == "own" and objective.term.weight == cfg.psl_weight
-    seen = {}
-    draw = model.psl_inputs
-
-    def spy(fit, m):
-        seen["sample"], engine = draw(fit, m)
-        return seen["sample"], engine
-    model.psl_inputs = spy
+    seen = _record_anchors(model)
     loss, parts = objective(puzzles, solutions)
     sample = seen["sample"]
     assert ((sample + 1 == puzzles) | (puzzles == 0)).all()
@@ -275,3 +263,14 @@ def test_the_own_sample_control_needs_an_autoregressive_model():
         ConstrainedObjective(build_model("rnn", cfg), ConstraintTerm("own", 0.1), board_circuit(4))
     with pytest.raises(ValueError, match="loss = 'rules'"):
         ConstraintTerm("rules", 0.1)
+
+
+def _record_anchors(model):
+    """``model.psl_inputs`` wrapped: each call's sampled anchors are kept in the returned dict (``"sample"``)."""
+    seen, draw = {}, model.psl_inputs
+
+    def spy(fit, m):
+        seen["sample"], engine = draw(fit, m)
+        return seen["sample"], engine
+    model.psl_inputs = spy
+    return seen
