@@ -76,3 +76,32 @@ def test_matcher_arguments_are_checked():
         bare.allowed()
     assert TokenMatcher(compile_mask(circuit_from_truth(np.ones(9, bool), 2, 3)), vocab_size=5).allowed().tolist() == \
         [[True, True, True, False, False]]
+
+
+def test_window_tokens_with_each_rows_allowed_values_are_the_enumerated_ones():
+    """``WindowMask.allowed_tokens(prefix, V, allowed)``: the tokens ``c`` after which some completion satisfies
+    ``alpha AND allowed`` (each row its own ``allowed``), by enumeration over the 3^4 sequences; with ``eos_token_id``
+    refused by name (its completions are checked against ``alpha`` alone)."""
+    from oracle import assignments
+
+    n, k, vocab = 4, 3, 5  # a bare circuit over token ids 0..2 read from scores over 5 tokens
+    rng = np.random.default_rng(3)
+    truth = rng.random(k ** n) < 0.3
+    mask = compile_mask(circuit_from_truth(truth, n, k))
+    ys = np.asarray(assignments(n, k))
+    checked = 0
+    for t in range(n):
+        prefixes = ys[rng.integers(len(ys), size=24), :t]
+        allowed = torch.as_tensor(rng.random((24, n, k)) < 0.7)
+        got, _ = mask.allowed_tokens(torch.as_tensor(prefixes), vocab, allowed)
+        assert got.shape == (24, vocab) and not got[:, k:].any()
+        for r in range(24):
+            fits = truth & allowed[r].numpy()[np.arange(n), ys].all(1) & (ys[:, :t] == prefixes[r]).all(1)
+            want = np.zeros(k, dtype=bool)
+            want[ys[fits, t]] = True
+            assert got[r, :k].numpy().tolist() == want.tolist(), (t, r)
+            checked += int(want.any())
+    assert checked > 20  # rows with a completion are compared, not only empty ones
+    with pytest.raises(ValueError, match="allowed= restricts.*eos_token_ids"):
+        compile_mask(circuit_from_truth(truth, n, k), eos_token_id=2).allowed_tokens(
+            torch.zeros(1, 0, dtype=torch.long), vocab, allowed[:1])

@@ -155,6 +155,29 @@ def test_rounds_compose_the_resampling_kernel():
     assert sample_fit(got, first)[0] > bound
 
 
+@pytest.mark.parametrize("lookback", [0, 1])
+def test_restart_under_allowed_is_the_brute_force_proposal_on_alpha_and_allowed(lookback):
+    """``allowed`` (the same for every example here) restricts the repair and the masks: ``log q`` of every candidate
+    is the sequential proposal enumerated on ``alpha AND allowed``, and every candidate satisfies both."""
+    model, circuit, _ = gru_case(seed=2, density=0.5)
+    truth = Brute(table_of(model), random_truth(2, density=0.5), N, K_VALUES).ok.numpy()
+    allowed = torch.ones(N, K_VALUES, dtype=torch.bool)
+    allowed[1, 0] = allowed[3, 2] = False
+    fits = allowed.numpy()[np.arange(N), np.asarray(oracle.assignments(N, K_VALUES))].all(1)
+    brute = Brute(table_of(model), truth & fits, N, K_VALUES)
+    assert 2 < brute.ok.sum() < truth.sum()
+    anchors = model.engine().sample(batch_size=8, generator=torch.Generator().manual_seed(4))
+    _, diag = pseudosl.constrained_sample(model.engine(), circuit, anchors, num_candidates=5,
+                                          proposal=RestartProposal(lookback), allowed=allowed.expand(8, N, K_VALUES),
+                                          generator=torch.Generator().manual_seed(5), return_diagnostics=True,
+                                          keep_satisfying=False)
+    idx = brute.index(diag.candidates)
+    assert brute.ok[idx].all()
+    for b in range(8):
+        q = brute.restart(int(brute.index(anchors[b])), lookback)
+        torch.testing.assert_close(diag.log_q[b], q[idx[b]].log())
+
+
 # -- the automaton's masks --------------------------------------------------------------------------------
 def test_the_automatons_masks_give_the_circuits_outputs():
     from tiny_tokenizer import biased_gpt2, tiny_tokenizer

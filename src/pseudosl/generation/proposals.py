@@ -68,7 +68,8 @@ from ..circuit import Circuit
 from ..logic.errors import UnsatisfiableError
 from ..psl.engine import Engine
 from ..tokens.constraint import AutomatonConstraint, Constraint, sample_satisfies
-from .restart_masks import AutomatonMasks, CircuitMasks, Masks, MaskedSteps
+from .matcher import compile_mask
+from .restart_masks import MatcherMasks, Masks, MaskedSteps, WindowMasks
 
 __all__ = ["Candidates", "EditProposal", "LocalProposal", "Proposal", "RestartProposal", "REPAIR_RATE",
            "class_log_probs", "prefix_log_probs", "repair_start", "tokens_within_classes"]
@@ -264,16 +265,19 @@ class RestartProposal(Proposal):
                k: int) -> Masks:
         """The masks of ``k`` rows per anchor, checked before the model runs."""
         if self.automaton is None:
-            return CircuitMasks(circuit, engine.value_map, None if allowed is None else allowed.repeat_interleave(k, 0),
-                                 root)
+            try:
+                mask = compile_mask(Constraint(circuit, engine.value_map), root=root)
+            except ValueError as e:
+                raise ValueError(f"RestartProposal masks with the window's circuit: {e}; or pass automaton= (its "
+                                 "streaming masks), or use another proposal") from e
+            return WindowMasks(mask, None if allowed is None else allowed.repeat_interleave(k, 0))
         if allowed is not None:
             raise ValueError("RestartProposal(automaton=...) masks with the automaton alone; allowed= needs the "
                              "circuit's masks: pass automaton=None")
         if self.automaton.value_map != engine.value_map:
             raise ValueError(f"the automaton folds tokens with {self.automaton.value_map} but the engine with "
                              f"{engine.value_map}: pass the automaton the constraint's window was compiled from")
-        from .logits_process import ConstraintLogitsProcessor  # imports transformers: only here
-        return AutomatonMasks(ConstraintLogitsProcessor(self.automaton, max_new_tokens=n))
+        return MatcherMasks(compile_mask(self.automaton, max_new_tokens=n))
 
 
 # -- shared pieces ---------------------------------------------------------------------------------------

@@ -1,19 +1,20 @@
 """The token masks of :class:`~.proposals.RestartProposal`'s masked regeneration: for each row's prefix, the tokens
-after which the constraint stays satisfiable (a window's circuit marginals, or the streaming processor's automaton),
-and the logits processor that draws under them while adding up ``log p`` and ``log q`` for the importance weights."""
+after which the constraint stays satisfiable -- a compiled mask of :mod:`.matcher` (the window's circuit marginals,
+or the streaming automaton read by a :class:`~.matcher.TokenMatcher`) -- and the logits processor that draws under
+them while adding up ``log p`` and ``log q`` for the importance weights."""
 
 from __future__ import annotations
 
 import abc
-import math
 
 import torch
 from torch import Tensor
 
-from ..circuit import Circuit
-from .window_mask import FLOAT32_LOG_COMPLETIONS, MAX_LOG_COMPLETIONS
+from .automaton_mask import AutomatonMask
+from .matcher import TokenMatcher
+from .window_mask import WindowMask
 
-__all__ = ["AutomatonMasks", "CircuitMasks", "MaskedSteps", "Masks"]
+__all__ = ["MatcherMasks", "MaskedSteps", "Masks", "WindowMasks"]
 
 
 class Masks(abc.ABC):
@@ -25,49 +26,36 @@ class Masks(abc.ABC):
         is False may get any mask."""
 
 
-class CircuitMasks(Masks):
-    """The circuit's marginal of position ``t`` given the prefix (every later position free) is positive exactly for
-    the values that keep ``alpha AND allowed`` satisfiable (counts of completions, as the processor's window mode)."""
+class WindowMasks(Masks):
+    """The window's marginals (:meth:`WindowMask.allowed_tokens`) with each row's ``allowed (R, n, k)`` values (the
+    constraint ``alpha AND allowed``), computed for the free rows only (a pass over the circuit per step)."""
 
-    def __init__(self, circuit: Circuit, value_map, allowed: Tensor | None, root: int | None) -> None:
-        log_count = circuit.n_vars * math.log(circuit.n_values)
-        if log_count > MAX_LOG_COMPLETIONS:
-            raise ValueError(f"RestartProposal masks with counts of completions, up to exp({log_count:.0f}) for "
-                             f"{circuit.n_vars} positions of {circuit.n_values} values, which could underflow in "
-                             f"float64; use windows with n ln k <= {MAX_LOG_COMPLETIONS:.0f}, pass automaton=, or "
-                             "use another proposal")
-        self.dtype = torch.float32 if log_count <= FLOAT32_LOG_COMPLETIONS else torch.float64
-        self.circuit, self.value_map, self.allowed, self.root = circuit, value_map, allowed, root
+    def __init__(self, mask: WindowMask, allowed: Tensor | None) -> None:
+        self.mask, self.allowed = mask, allowed
 
     def __call__(self, prefix: Tensor, vocab: int, free: Tensor) -> Tensor:
         out = torch.zeros(prefix.shape[0], vocab, dtype=torch.bool, device=prefix.device)
         rows = free.nonzero()[:, 0]
-        if rows.numel() == 0:
-            return out
-        r, t = rows.shape[0], prefix.shape[1]
-        n, k = self.circuit.n_vars, self.circuit.n_values
-        x = torch.zeros(r, n, k, dtype=self.dtype, device=prefix.device)
-        values = prefix[rows] if self.value_map is None else self.value_map.to_values(prefix[rows])
-        x[:, :t] = float("-inf")
-        x[:, :t].scatter_(-1, values[..., None], 0.0)  # the prefix as one-hot log-probabilities
-        allowed = None if self.allowed is None else self.allowed[rows]
-        ok = self.circuit.marginals(x, allowed, root=self.root)[:, t] > 0  # (r, k)
-        if self.value_map is not None:
-            out[rows] = ok[:, self.value_map.on(prefix.device)[1]]
-        else:
-            out[rows, :k] = ok
+        if rows.numel():
+            allowed = None if self.allowed is None else self.allowed[rows]
+            out[rows] = self.mask.allowed_tokens(prefix[rows], vocab, allowed)[0]
         return out
 
 
-class AutomatonMasks(Masks):
-    """The streaming processor's masks (``max_new_tokens = n``): an accepting state stays reachable in the tokens left."""
+class MatcherMasks(Masks):
+    """A streaming automaton's masks: a :class:`TokenMatcher` over every row, advanced by the rows' last tokens (a
+    table lookup per row and step; the per-state token lists are built once per compiled mask)."""
 
-    def __init__(self, processor) -> None:
-        self.processor = processor
+    def __init__(self, mask: AutomatonMask) -> None:
+        self.mask = mask
+        self.matcher: TokenMatcher | None = None
 
-    def __call__(self, prefix: Tensor, vocab: int, free: Tensor) -> Tensor:  # every row: states follow the tokens
-        zeros = torch.zeros(prefix.shape[0], vocab, device=prefix.device)
-        return ~torch.isneginf(self.processor(prefix, zeros))
+    def __call__(self, prefix: Tensor, vocab: int, free: Tensor) -> Tensor:
+        if prefix.shape[1] == 0:
+            self.matcher = TokenMatcher(self.mask, prefix.shape[0], prefix.device, vocab_size=vocab)
+        else:
+            self.matcher.advance(prefix[:, -1])
+        return self.matcher.allowed()
 
 
 class MaskedSteps:

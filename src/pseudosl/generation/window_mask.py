@@ -135,17 +135,18 @@ class WindowMask:
             return torch.zeros(state.shape[0], dtype=torch.bool, device=state.device)
         return torch.isin(state, torch.tensor(self.eos_token_ids, device=state.device)).any(1)
 
-    def allowed_values(self, prefix: Tensor) -> Tensor:
+    def allowed_values(self, prefix: Tensor, allowed: Tensor | None = None) -> Tensor:
         """``(R, k)`` bool, the values of position ``t`` that keep the constraint satisfiable after ``prefix (R, t)``
-        (circuit values, ``t < n``), later positions free over the usable values; all False in a row whose prefix
-        has no completion."""
+        (circuit values, ``t < n``), later positions free over the usable values (and, with ``allowed (R, n, k)``
+        bool, over each row's allowed values: ``alpha AND allowed``); all False in a row whose prefix has no
+        completion."""
         r, t = prefix.shape
         n, k = self.circuit.n_vars, self.circuit.n_values
         x = torch.zeros(r, n, k, dtype=self.dtype, device=prefix.device)
         x[:, t + 1:, torch.from_numpy(~self.usable).to(prefix.device)] = float("-inf")
         x[:, :t] = float("-inf")
         x[:, :t].scatter_(-1, prefix.unsqueeze(-1), 0.0)  # the prefix as one-hot log-probabilities
-        return self.circuit.marginals(x, root=self.root)[:, t] > 0
+        return self.circuit.marginals(x, allowed, root=self.root)[:, t] > 0
 
     def eos_ends(self, generated: Tensor) -> Tensor:
         """``(R, len(eos_token_ids))`` bool: does the window filled with each EOS after ``generated (R, t)``
@@ -160,9 +161,15 @@ class WindowMask:
             out.append(sample_satisfies(self.circuit, full, root=self.root))
         return torch.stack(out, 1)
 
-    def allowed_tokens(self, generated: Tensor, vocab_size: int) -> tuple[Tensor, Tensor]:
+    def allowed_tokens(self, generated: Tensor, vocab_size: int,
+                       allowed: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``(allowed (R, V) bool, free (R,) bool)``: the tokens kept after the generated tokens ``(R, t)``, and the
-        rows that ban nothing (past the window, ended, or no completion left: a prefix the mask did not make)."""
+        rows that ban nothing (past the window, ended, or no completion left: a prefix the mask did not make).
+        ``allowed (R, n, k)`` bool: each row's allowed circuit values too (the constraint ``alpha AND allowed``;
+        not with ``eos_token_ids``, whose completions :meth:`eos_ends` checks against ``alpha`` alone)."""
+        if allowed is not None and self.eos_token_ids:
+            raise ValueError("allowed= restricts the circuit's values but eos_token_ids' completions are checked "
+                             "against the constraint alone: pass one of them")
         rows, t = generated.shape
         device = generated.device
         if t >= self.n_positions:
@@ -170,12 +177,12 @@ class WindowMask:
                 torch.ones(rows, dtype=torch.bool, device=device)
         if self.value_map is not None:
             known = torch.ones(rows, dtype=torch.bool, device=device)
-            ok = self.allowed_values(self.value_map.to_values(generated))  # (R, k)
+            ok = self.allowed_values(self.value_map.to_values(generated), allowed)  # (R, k)
             ok_tokens = ok[:, self.value_map.on(device)[1]]  # (R, V)
         else:
             k = self.circuit.n_values
             known = (generated < k).all(-1)  # a token outside the circuit's values: the prefix has no completion
-            ok = self.allowed_values(self.values(generated)) & known[:, None]
+            ok = self.allowed_values(self.values(generated), allowed) & known[:, None]
             ok_tokens = torch.cat([ok, ok.new_zeros(rows, vocab_size - k)], -1)
         if self.eos_token_ids:
             ok_tokens[:, list(self.eos_token_ids)] = self.eos_ends(generated) & known[:, None]
