@@ -27,9 +27,10 @@ independent draws.
 * ``rejection ≤ 20``: plain samples of the anchor's prompt until one satisfies the constraint, at most 20 (a row
   that never does keeps its last draw and counts as a violation); exact ``p(. | alpha)`` when it succeeds;
 * ``bad_words_ids``: Hugging Face's ban of every word with and without a leading space, lower-case and capitalised;
-* ``processor``: ``ConstraintLogitsProcessor(automaton, max_new_tokens=20)`` in ``generate`` (token masking; the
-  processor must know where the text ends: without ``max_new_tokens`` it lets a word be completed by the last token,
-  as the next token could still glue a letter to it, and 2.0 % of its outputs held a listed word);
+* ``processor``: ``ConstraintLogitsProcessor(automaton, max_new_tokens=20, eos_token_id=<|im_end|>)`` in
+  ``generate`` (token masking; the processor must know where the text ends: without ``max_new_tokens`` it lets a
+  word be completed by the last token, as the next token could still glue a letter to it, and 2.0 % of its outputs
+  held a listed word; without ``eos_token_id`` it lets ``generate`` end a text before the required word, 2 of 64);
 * ``restart K``: ``constrained_sample(..., proposal=RestartProposal(2, automaton))``, the default proposal
   (``K = 16``: the default number of candidates; ``K = 8``: the first 8 of the same 16, resampled by their weights);
 * ``edit K``: ``EditProposal(rate=0.02, window=1)``;
@@ -281,6 +282,7 @@ def main() -> None:
     config = copy.deepcopy(model.generation_config)
     config.update(do_sample=True, top_k=0, top_p=1.0, temperature=1.0, max_new_tokens=N, eos_token_id=None,
                   pad_token_id=tok.pad_token_id)
+    eos = model.generation_config.eos_token_id  # generate fills config's None with it: the processor must know
     s = Setup(model, tok, prompts, enc["input_ids"], enc["attention_mask"], vocab, args.batch, config)
     words = load_words()
     forbidden = pseudosl.no_forbidden_words(words, tok, vocab_size=vocab)
@@ -304,10 +306,12 @@ def main() -> None:
 
     tables = {
         "words": dict(auto=forbidden, idx=bad, ok=lambda ts: [not contains_word(t, words) for t in ts],
-                      processor=lambda: [pseudosl.ConstraintLogitsProcessor(forbidden, max_new_tokens=N)],
+                      processor=lambda: [pseudosl.ConstraintLogitsProcessor(forbidden, max_new_tokens=N,
+                                                                            eos_token_id=eos)],
                       bad_words=banned_token_ids(words, tok)),
         "required": dict(auto=required, idx=lacking, ok=lambda ts: [contains_word(t, [args.required]) for t in ts],
-                         processor=lambda: [pseudosl.ConstraintLogitsProcessor(required, max_new_tokens=N)],
+                         processor=lambda: [pseudosl.ConstraintLogitsProcessor(required, max_new_tokens=N,
+                                                                               eos_token_id=eos)],
                          bad_words=None),
     }
     constraints = {}
