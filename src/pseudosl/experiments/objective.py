@@ -86,6 +86,10 @@ class ConstrainedObjective(Objective):
             raise ValueError(f"loss = {term.loss!r} on {'an autoregressive' if model.autoregressive else 'a factorized'} "
                              f"{type(model).__name__}: the SL is for factorized models, the PSL and its control 'own' "
                              f"for autoregressive ones")
+        if term is not None and term.loss == "own" and type(model).prefix_nll is StructuredModel.prefix_nll:
+            raise ValueError(f"loss = 'own' scores the targets after the model's own sample, which "
+                             f"{type(model).__name__} does not implement (StructuredModel.prefix_nll): implement it, "
+                             "or use loss = 'psl'")
         folded = isinstance(circuit, pseudosl.Constraint)
         if folded and term.loss == "sl" and circuit.value_map is not None:
             raise ValueError("loss = 'sl' reads the model's own classes: give a circuit (or a Constraint without a "

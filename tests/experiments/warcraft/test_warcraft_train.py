@@ -162,3 +162,13 @@ def test_presets_and_bad_config(tmp_path):
 def _opt(d):
     from pseudosl.experiments.warcraft.grid import shortest_paths
     return shortest_paths(d.weights)[1]
+
+
+def test_the_own_sample_control_is_refused_where_the_model_has_no_prefix_nll(tmp_path):
+    """The CNN-LSTM is autoregressive but does not score targets after a prefix: ``loss = 'own'`` is refused when the
+    objective is built, naming the method to implement, not at the first training step."""
+    from pseudosl.experiments.objective import ConstrainedObjective, ConstraintTerm
+    model = build_model("lstm", _tiny(tmp_path), 24)
+    assert model.autoregressive
+    with pytest.raises(ValueError, match=r"loss = 'own'.*CNNLSTM does not implement.*prefix_nll"):
+        ConstrainedObjective(model, ConstraintTerm("own", 0.1))
